@@ -1,0 +1,458 @@
+package mainttest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/maintkit/maint/internal/resp"
+)
+
+// entry is one reply a client connection is owed, in command order.
+type entry struct {
+	isLocal bool
+	// local holds an intercepted reply (+OK / -ERR) followed by any pushes
+	// that must not overtake it (replays, events injected meanwhile).
+	local []byte
+	// onReply, for a backend entry, sees the backend's reply under conn.mu.
+	onReply func(frame []byte)
+}
+
+// conn is one client connection of an endpoint and its own backend
+// connection. Three goroutines serve it: run (reads client commands and
+// relays them), backendLoop (frames the backend's output) and writeLoop (the
+// only writer to the client, so injected pushes land between frames).
+type conn struct {
+	e      *Emulator
+	ep     *Endpoint
+	id     uint64
+	nc     net.Conn
+	ctx    context.Context // cancelled by shutdown
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	cond    *sync.Cond // signalled on any change writeLoop may care about
+	bc      net.Conn
+	closed  bool
+	resp3   bool
+	optedIn bool
+	everIn  bool   // counted in Stats.OptedIn
+	epType  string // requested moving-endpoint-type, lower case ("" = bare ON)
+
+	outQ          []entry  // replies owed, in order
+	pushes        []byte   // injected push frames not tied to a local reply
+	bout          [][]byte // backend frames not yet written
+	bEOF          bool     // the backend connection ended
+	closeAfter    bool     // close once every owed reply is written (protocol error)
+	inflight      int      // entries taken by writeLoop, not yet written
+	backendErrMsg string
+}
+
+// startConn registers an accepted client connection and starts serving it.
+func (e *Emulator) startConn(ep *Endpoint, nc net.Conn) {
+	c := &conn{e: e, ep: ep, id: e.connID.Add(1), nc: nc}
+	c.cond = sync.NewCond(&c.mu)
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		c.cancel()
+		_ = nc.Close()
+		return
+	}
+	ep.mu.Lock()
+	ep.conns[c] = struct{}{}
+	ep.stats.Open++
+	ep.stats.Opened++
+	ep.mu.Unlock()
+	e.event(Event{Endpoint: ep.addr, Kind: KindAccept, Conn: c.id, Detail: "from " + nc.RemoteAddr().String()})
+	e.goLocked(c.run)
+}
+
+// shutdown closes the connection once. byEmulator marks a server-side close
+// whose owed replies count in Stats.OwedAtClose. It returns the replies
+// still owed and whether this call closed the connection.
+func (c *conn) shutdown(reason string, byEmulator bool) (owed int64, ok bool) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return 0, false
+	}
+	c.closed = true
+	owed = int64(len(c.outQ) + c.inflight)
+	bc := c.bc
+	c.cond.Broadcast()
+	c.mu.Unlock()
+	c.cancel()
+	_ = c.nc.Close()
+	if bc != nil {
+		_ = bc.Close()
+	}
+	ep := c.ep
+	ep.mu.Lock()
+	if _, ok := ep.conns[c]; ok {
+		delete(ep.conns, c)
+		ep.stats.Open--
+	}
+	if byEmulator {
+		ep.stats.OwedAtClose += owed
+	}
+	if reason == "window_end" {
+		ep.stats.ClosedAtWindowEnd++
+	}
+	ep.mu.Unlock()
+	c.e.event(Event{Endpoint: ep.addr, Kind: KindClose, Conn: c.id, Detail: fmt.Sprintf("%s owed=%d", reason, owed)})
+	return owed, true
+}
+
+// queueLocal appends an intercepted reply. The caller holds c.mu.
+func (c *conn) queueLocalLocked(b []byte) {
+	c.outQ = append(c.outQ, entry{isLocal: true, local: b})
+	c.cond.Signal()
+}
+
+func (c *conn) queueLocal(b []byte) {
+	c.mu.Lock()
+	c.queueLocalLocked(b)
+	c.mu.Unlock()
+}
+
+// push queues an injected push frame if the connection is an opted-in RESP3
+// one, and reports whether it did. The push is written at the next frame
+// boundary, but never ahead of an intercepted reply already owed (so a +OK
+// always precedes the pushes its opt-in made possible).
+func (c *conn) push(frame []byte) bool {
+	return c.pushWith(func(string) []byte { return frame })
+}
+
+// pushWith is push with a frame chosen by the connection's endpoint type.
+func (c *conn) pushWith(frame func(epType string) []byte) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || !c.resp3 || !c.optedIn {
+		return false
+	}
+	f := frame(c.epType)
+	for i := len(c.outQ) - 1; i >= 0; i-- {
+		if c.outQ[i].isLocal {
+			c.outQ[i].local = append(c.outQ[i].local, f...)
+			c.cond.Signal()
+			return true
+		}
+	}
+	c.pushes = append(c.pushes, f...)
+	c.cond.Signal()
+	return true
+}
+
+// run dials the backend, starts the other two goroutines and relays the
+// client's commands until the connection ends.
+func (c *conn) run() {
+	var d net.Dialer
+	bc, err := d.DialContext(c.ctx, "tcp", c.e.backend)
+	if err != nil {
+		if c.ctx.Err() == nil {
+			c.e.logf("mainttest: %s: conn %d: backend: %v", c.ep.addr, c.id, err)
+		}
+		c.shutdown("backend", false)
+		return
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		_ = bc.Close()
+		return
+	}
+	c.bc = bc
+	c.mu.Unlock()
+
+	e := c.e
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		c.shutdown("emulator_close", true)
+		return
+	}
+	e.goLocked(func() { c.backendLoop(bufio.NewReaderSize(bc, 32<<10)) })
+	e.goLocked(c.writeLoop)
+	e.mu.Unlock()
+
+	c.readLoop(bufio.NewReaderSize(c.nc, 16<<10), bufio.NewWriterSize(bc, 16<<10))
+}
+
+// subscribeLike reports the pub/sub commands whose RESP3 replies are pushes.
+func subscribeLike(name string) (subscribe, unsubscribe bool) {
+	switch name {
+	case "SUBSCRIBE", "PSUBSCRIBE", "SSUBSCRIBE":
+		return true, false
+	case "UNSUBSCRIBE", "PUNSUBSCRIBE", "SUNSUBSCRIBE":
+		return false, true
+	}
+	return false, false
+}
+
+var emptyArray = []byte("*0\r\n")
+
+func (c *conn) readLoop(cr *bufio.Reader, bw *bufio.Writer) {
+	var frame, inline []byte
+	for {
+		var err error
+		frame, err = resp.ReadCommand(cr, frame[:0])
+		if err != nil {
+			if errors.Is(err, resp.ErrMalformed) {
+				c.protocolError(err)
+			} else {
+				c.shutdown("client", false)
+			}
+			return
+		}
+		if frame[0] != '*' && len(bytes.TrimSpace(frame)) == 0 || bytes.Equal(frame, emptyArray) {
+			continue // Redis ignores empty inline lines and empty arrays
+		}
+		name, args, err := resp.CommandName(frame)
+		if err != nil {
+			c.protocolError(err)
+			return
+		}
+		if name == "CLIENT" && len(args) > 0 && strings.EqualFold(string(args[0]), "MAINT_NOTIFICATIONS") {
+			c.handshake(args)
+			continue
+		}
+
+		replies := 1
+		var onReply func([]byte)
+		c.mu.Lock()
+		switch sub, unsub := subscribeLike(name); {
+		case sub || unsub:
+			switch {
+			case c.resp3:
+				replies = 0 // the confirmations are pushes
+			case sub:
+				replies = max(1, len(args))
+			default:
+				replies = len(args) // unknown without args: relayed unmatched
+			}
+		case name == "HELLO" && len(args) > 0:
+			prev := c.resp3
+			switch string(args[0]) {
+			case "3":
+				c.resp3 = true
+			case "2":
+				c.resp3 = false
+			}
+			onReply = func(f []byte) {
+				if f[0] == '-' || f[0] == '!' {
+					c.resp3 = prev // HELLO failed: protocol unchanged
+				}
+			}
+		case name == "RESET":
+			c.resp3, c.optedIn = false, false
+		}
+		for i := 0; i < replies; i++ {
+			en := entry{}
+			if i == 0 {
+				en.onReply = onReply
+			}
+			c.outQ = append(c.outQ, en)
+		}
+		c.mu.Unlock()
+
+		if lat := c.ep.latencyFor(name); lat > 0 {
+			if bw.Flush() != nil {
+				c.shutdown("backend", false)
+				return
+			}
+			t := time.NewTimer(lat)
+			select {
+			case <-t.C:
+			case <-c.ctx.Done():
+				t.Stop()
+				return
+			}
+		}
+		out := frame
+		if frame[0] != '*' { // inline: the backend may not speak it
+			inline = resp.AppendArrayHeader(inline[:0], len(args)+1)
+			inline = resp.AppendBulk(inline, name)
+			for _, a := range args {
+				inline = resp.AppendBulk(inline, a)
+			}
+			out = inline
+		}
+		if _, err := bw.Write(out); err != nil {
+			c.shutdown("backend", false)
+			return
+		}
+		if cr.Buffered() == 0 {
+			if err := bw.Flush(); err != nil {
+				c.shutdown("backend", false)
+				return
+			}
+		}
+	}
+}
+
+// protocolError answers a malformed command like Redis does and closes the
+// connection once the replies owed before it are written.
+func (c *conn) protocolError(err error) {
+	msg := strings.TrimPrefix(err.Error(), "resp: ")
+	c.mu.Lock()
+	c.queueLocalLocked(resp.AppendError(nil, "ERR Protocol error: "+msg))
+	c.closeAfter = true
+	c.mu.Unlock()
+}
+
+// handshake answers CLIENT MAINT_NOTIFICATIONS without forwarding it.
+func (c *conn) handshake(args [][]byte) {
+	ep := c.ep
+	if c.e.cfg.Unsupported {
+		c.queueLocal(resp.AppendError(nil, "ERR unknown subcommand '"+string(args[0])+"'. Try CLIENT HELP."))
+		c.e.event(Event{Endpoint: ep.addr, Kind: KindUnsupported, Conn: c.id})
+		return
+	}
+	if len(args) < 2 {
+		c.queueLocal(resp.AppendError(nil, "ERR wrong number of arguments for 'client|maint_notifications' command"))
+		return
+	}
+	switch strings.ToUpper(string(args[1])) {
+	case "ON":
+		typ := ""
+		rest := args[2:]
+		for len(rest) > 0 {
+			if len(rest) < 2 || !strings.EqualFold(string(rest[0]), "moving-endpoint-type") {
+				c.queueLocal(resp.AppendError(nil, "ERR syntax error"))
+				return
+			}
+			typ = strings.ToLower(string(rest[1]))
+			switch typ {
+			case "internal-ip", "internal-fqdn", "external-ip", "external-fqdn", "none":
+			default:
+				c.queueLocal(resp.AppendError(nil, "ERR invalid moving-endpoint-type '"+string(rest[1])+"'"))
+				return
+			}
+			rest = rest[2:]
+		}
+		ep.optIn(c, typ)
+	case "OFF":
+		if len(args) != 2 {
+			c.queueLocal(resp.AppendError(nil, "ERR syntax error"))
+			return
+		}
+		c.mu.Lock()
+		c.optedIn = false
+		c.queueLocalLocked([]byte("+OK\r\n"))
+		c.mu.Unlock()
+		c.e.event(Event{Endpoint: ep.addr, Kind: KindOptOut, Conn: c.id})
+	default:
+		c.queueLocal(resp.AppendError(nil, "ERR syntax error"))
+	}
+}
+
+// backendLoop frames the backend's output for writeLoop.
+func (c *conn) backendLoop(br *bufio.Reader) {
+	for {
+		f, err := resp.ReadFrame(br, nil)
+		c.mu.Lock()
+		if err != nil {
+			c.bEOF = true
+			if !c.closed && !errors.Is(err, net.ErrClosed) {
+				c.backendErrMsg = err.Error()
+			}
+			c.cond.Broadcast()
+			c.mu.Unlock()
+			return
+		}
+		c.bout = append(c.bout, f)
+		c.cond.Signal()
+		c.mu.Unlock()
+	}
+}
+
+// writeLoop is the only writer to the client: it interleaves owed replies,
+// backend frames and injected pushes, always whole frames.
+func (c *conn) writeLoop() {
+	var buf []byte
+	for {
+		var served int64
+		c.mu.Lock()
+		for {
+			if c.closed {
+				c.mu.Unlock()
+				return
+			}
+			buf = append(buf[:0], c.pushes...)
+			c.pushes = c.pushes[:0]
+			served = 0
+			for {
+				if len(c.outQ) > 0 && c.outQ[0].isLocal {
+					buf = append(buf, c.outQ[0].local...)
+					c.popLocked()
+					continue
+				}
+				if len(c.bout) == 0 {
+					break
+				}
+				f := c.bout[0]
+				c.bout[0] = nil
+				c.bout = c.bout[1:]
+				// Pushes and attributes don't answer a command. A reply
+				// with nothing owed (RESP2 pub/sub messages, MONITOR) is
+				// relayed as is.
+				if f[0] != '>' && f[0] != '|' && len(c.outQ) > 0 {
+					if fn := c.outQ[0].onReply; fn != nil {
+						fn(f)
+					}
+					c.popLocked()
+					served++
+				}
+				buf = append(buf, f...)
+			}
+			if len(buf) > 0 {
+				break
+			}
+			if c.bEOF {
+				msg := c.backendErrMsg
+				c.mu.Unlock()
+				if msg != "" {
+					c.e.logf("mainttest: %s: conn %d: backend: %s", c.ep.addr, c.id, msg)
+				}
+				c.shutdown("backend", false)
+				return
+			}
+			if c.closeAfter && len(c.outQ) == 0 {
+				c.mu.Unlock()
+				c.shutdown("protocol_error", false)
+				return
+			}
+			c.cond.Wait()
+		}
+		c.mu.Unlock()
+		_, err := c.nc.Write(buf)
+		c.mu.Lock()
+		c.inflight = 0
+		c.mu.Unlock()
+		if err != nil {
+			c.shutdown("client", false)
+			return
+		}
+		if served > 0 {
+			c.ep.served(served, time.Now())
+		}
+		if cap(buf) > 1<<20 {
+			buf = nil // don't pin one huge reply's buffer
+		}
+	}
+}
+
+// popLocked drops the head of outQ into the in-flight count.
+func (c *conn) popLocked() {
+	c.outQ[0] = entry{}
+	c.outQ = c.outQ[1:]
+	c.inflight++
+}
