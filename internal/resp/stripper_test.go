@@ -1,0 +1,561 @@
+package resp
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+)
+
+// stripMaint is the Strip predicate used by most tests: the seven
+// maintenance names, plus "S" so that fuzzing finds stripped frames easily.
+func stripMaint(name []byte) bool {
+	_, ok := KindOf(name)
+	return ok || string(name) == "S"
+}
+
+// refResult is what a Stripper must produce for an input stream.
+type refResult struct {
+	out      []byte
+	replies  int
+	stripped []string // stripped frames, in order
+	bad      bool     // the stream ends in a malformed or truncated frame
+	good     int      // len(out) before the bad part was appended
+}
+
+// refStrip is the reference implementation of Stripper, built on ReadFrame:
+// frame the whole input, drop matching pushes, and pass the rest through
+// from the first frame that cannot be read.
+func refStrip(in []byte, strip func([]byte) bool) refResult {
+	var res refResult
+	br := bufio.NewReader(bytes.NewReader(in))
+	off := 0
+	for {
+		frame, err := ReadFrame(br, nil)
+		if err == io.EOF {
+			return res
+		}
+		if err != nil {
+			res.good = len(res.out)
+			res.out = append(res.out, in[off:]...)
+			res.bad = true
+			return res
+		}
+		off += len(frame)
+		switch frame[0] {
+		case '>':
+			if name, ok := refPushName(frame); ok && strip(name) {
+				res.stripped = append(res.stripped, string(frame))
+				continue
+			}
+		case '|':
+		default:
+			res.replies++
+		}
+		res.out = append(res.out, frame...)
+	}
+}
+
+// refPushName returns the name of a well-formed push frame if it is a
+// candidate for stripping: a bulk or simple string of at most maxNameLen.
+func refPushName(frame []byte) ([]byte, bool) {
+	_, rest, err := cutLine(frame)
+	if err != nil || len(rest) == 0 {
+		return nil, false
+	}
+	line, rest, err := cutLine(rest)
+	if err != nil {
+		return nil, false
+	}
+	switch line[0] {
+	case '+':
+		if len(line)-1 <= maxNameLen {
+			return line[1:], true
+		}
+	case '$':
+		n, err := parseLen('$', line[1:])
+		if err == nil && n >= 0 && n <= maxNameLen {
+			return rest[:n], true
+		}
+	}
+	return nil, false
+}
+
+// chunkReader returns data in chunks whose sizes cycle through sizes; a
+// size of 0 makes one Read return (0, nil). The last chunk comes with
+// io.EOF when eofWithData is set.
+type chunkReader struct {
+	data        []byte
+	sizes       []int
+	k           int
+	eofWithData bool
+}
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	if len(c.data) == 0 {
+		return 0, io.EOF
+	}
+	size := 1 << 30
+	if len(c.sizes) > 0 {
+		size = c.sizes[c.k%len(c.sizes)]
+		c.k++
+	}
+	n := copy(p, c.data[:min(size, len(c.data))])
+	c.data = c.data[n:]
+	if len(c.data) == 0 && c.eofWithData {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// stripResult is what a Stripper actually produced.
+type stripResult struct {
+	out       []byte
+	replies   int
+	stripped  []string
+	malformed int
+	err       error
+}
+
+// runStripper feeds in through a Stripper with the given chunking and Read
+// buffer size, and collects everything it reports.
+func runStripper(s *Stripper, r io.Reader, psize int) stripResult {
+	var res stripResult
+	s.Strip = stripMaint
+	s.OnReply = func() { res.replies++ }
+	s.OnStripped = func(f []byte) { res.stripped = append(res.stripped, string(f)) }
+	s.OnMalformed = func(error) { res.malformed++ }
+	p := make([]byte, psize)
+	for i := 0; ; i++ {
+		n, err := s.Read(r, p)
+		if n == 0 && err == nil {
+			res.err = errors.New("Read returned (0, nil)")
+			return res
+		}
+		res.out = append(res.out, p[:n]...)
+		if err != nil {
+			if err != io.EOF {
+				res.err = err
+			}
+			return res
+		}
+	}
+}
+
+// checkStripper compares a Stripper run over in against the reference.
+func checkStripper(t *testing.T, in []byte, sizes []int, psize, maxStripped int, eofWithData bool) {
+	t.Helper()
+	want := refStrip(in, stripMaint)
+	s := &Stripper{MaxStripped: maxStripped}
+	got := runStripper(s, &chunkReader{data: in, sizes: sizes, eofWithData: eofWithData}, psize)
+	where := fmt.Sprintf("input %q, chunks %v, p %d, max %d", in, sizes, psize, maxStripped)
+	if got.err != nil {
+		t.Fatalf("%s: error %v", where, got.err)
+	}
+	max := s.maxStripped()
+	if want.bad && max < len(in) {
+		// A stripped push that outgrew MaxStripped was discarded as it
+		// streamed; if it then turns out malformed or truncated, the
+		// discarded bytes cannot come back. Only the good prefix is
+		// certain.
+		if !bytes.HasPrefix(got.out, want.out[:want.good]) || len(got.out) > len(want.out) {
+			t.Fatalf("%s:\n out %q\nwant %q (good prefix %d)", where, got.out, want.out, want.good)
+		}
+	} else if !bytes.Equal(got.out, want.out) {
+		t.Fatalf("%s:\n out %q\nwant %q", where, got.out, want.out)
+	}
+	if got.replies != want.replies {
+		t.Fatalf("%s: %d replies, want %d", where, got.replies, want.replies)
+	}
+	if got.malformed > 1 {
+		t.Fatalf("%s: OnMalformed called %d times", where, got.malformed)
+	}
+	if got.malformed == 1 && !want.bad {
+		t.Fatalf("%s: OnMalformed called on a well-formed stream", where)
+	}
+	// Which stripped frames are reported depends on MaxStripped.
+	var wantStripped []string
+	var wantOver uint64
+	for _, f := range want.stripped {
+		if len(f) > max {
+			wantOver++
+		} else {
+			wantStripped = append(wantStripped, f)
+		}
+	}
+	if fmt.Sprint(got.stripped) != fmt.Sprint(wantStripped) || s.StrippedOversize() != wantOver {
+		t.Fatalf("%s: stripped %q (oversize %d), want %q (oversize %d)", where, got.stripped, s.StrippedOversize(), wantStripped, wantOver)
+	}
+}
+
+var stripperCases = []string{
+	"",
+	"+OK\r\n",
+	"+OK\r\n$5\r\nhello\r\n:12\r\n",
+	">4\r\n$6\r\nMOVING\r\n:1\r\n:15\r\n$14\r\n10.0.0.2:12000\r\n",
+	"+OK\r\n>4\r\n$6\r\nMOVING\r\n:2\r\n:15\r\n_\r\n+OK\r\n",
+	">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$3\r\nmsg\r\n",             // pub/sub push: passes
+	">3\r\n$7\r\nMESSAGE\r\n$2\r\nch\r\n$3\r\nmsg\r\n>1\r\n+S\r\n", // simple-string name
+	"|1\r\n+ttl\r\n:3\r\n$1\r\nv\r\n",                               // attribute then reply
+	"*2\r\n>2\r\n$6\r\nMOVING\r\n:1\r\n:2\r\n",                      // nested push is data
+	">0\r\n+OK\r\n",
+	">1\r\n:1\r\n+OK\r\n",
+	">2\r\n$-1\r\n:1\r\n",
+	">1\r\n|1\r\n+a\r\n+b\r\n+S\r\n",              // attribute first: not a name
+	">2\r\n*1\r\n+S\r\n+S\r\n",                    // aggregate first: not a name
+	">2\r\n$65\r\n" + strings.Repeat("S", 65) + "\r\n:1\r\n", // name too long
+	">1\r\n+" + strings.Repeat("S", 65) + "\r\n",
+	">1\r\n$64\r\n" + strings.Repeat("A", 64) + "\r\n",
+	">3\r\n$9\r\nSMIGRATED\r\n:8\r\n*1\r\n*3\r\n$13\r\n10.0.0.1:7000\r\n$13\r\n10.0.0.2:7001\r\n$5\r\n0-100\r\n*0\r\n",
+	"%1\r\n+k\r\n*1\r\n|1\r\n+a\r\n+b\r\n_\r\n",
+	// Malformed streams: everything from the bad frame on passes unchanged.
+	"+OK\r\nxyz",
+	">2\r\n$6\r\nMOVING\r\n:1\r\nbad",
+	">3\r\n$6\r\nMOVING\r\n:1\r\n:2\r\n+OK\r\n$",
+	"$3\r\nabcd\r\n",
+	"*1\r\n$?\r\n",
+	">4\r\n$6\r\nMOVING\r\n:2\r\n:15\r\n_\r\n+O\rK\r\n",
+	// Truncated streams.
+	">4\r\n$6\r\nMOVING\r\n:1\r\n:15\r\n$14\r\n10.0.0.2",
+	">4\r\n$6\r\nMOV",
+	"$10\r\nabc",
+}
+
+func init() {
+	for _, ex := range protocolExamples {
+		stripperCases = append(stripperCases, ex.wire, "+OK\r\n"+ex.wire+"$3\r\nabc\r\n")
+	}
+}
+
+func TestStripperMatchesReference(t *testing.T) {
+	chunkings := [][]int{nil, {1}, {2}, {3}, {5}, {7}, {1, 0, 2}, {13, 1}}
+	for _, in := range stripperCases {
+		for _, sizes := range chunkings {
+			for _, psize := range []int{1, 2, 5, 64, 4096} {
+				for _, max := range []int{0, 8} {
+					for _, eof := range []bool{false, true} {
+						checkStripper(t, []byte(in), sizes, psize, max, eof)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestStripperExamples(t *testing.T) {
+	moving := ">4\r\n$6\r\nMOVING\r\n:1\r\n:15\r\n$14\r\n10.0.0.2:12000\r\n"
+	in := "+OK\r\n" + moving + "$5\r\nhello\r\n" + moving + "*1\r\n:1\r\n"
+	got := runStripper(&Stripper{}, strings.NewReader(in), 4096)
+	if want := "+OK\r\n$5\r\nhello\r\n*1\r\n:1\r\n"; string(got.out) != want {
+		t.Fatalf("out %q, want %q", got.out, want)
+	}
+	if got.replies != 3 || len(got.stripped) != 2 || got.stripped[0] != moving {
+		t.Fatalf("replies %d, stripped %q", got.replies, got.stripped)
+	}
+}
+
+func TestStripperMalformedPassesThrough(t *testing.T) {
+	// A stripped push cut by a framing error after it spanned reads: the
+	// bytes already set aside are given back in order.
+	in := "+OK\r\n>4\r\n$6\r\nMOVING\r\n:1\r\n:15\r\n$14\r\n10.0.0.2:12000\rX+more\r\n"
+	var errs []error
+	s := &Stripper{OnMalformed: func(err error) { errs = append(errs, err) }}
+	got := runStripper(s, &chunkReader{data: []byte(in), sizes: []int{30}}, 4096)
+	if string(got.out) != in || got.malformed != 1 || got.replies != 1 || !s.Passthrough() {
+		t.Fatalf("out %q, malformed %d, replies %d", got.out, got.malformed, got.replies)
+	}
+	s = &Stripper{}
+	var gotErr error
+	s.OnMalformed = func(err error) { gotErr = err }
+	p := make([]byte, 64)
+	s.Read(strings.NewReader("&1\r\n"), p)
+	if !errors.Is(gotErr, ErrMalformed) || !strings.HasPrefix(gotErr.Error(), "resp: ") {
+		t.Fatalf("OnMalformed got %v", gotErr)
+	}
+}
+
+// stepReader returns its steps one per Read; an error step returns it.
+type stepReader struct {
+	steps []any // string or error
+}
+
+func (r *stepReader) Read(p []byte) (int, error) {
+	if len(r.steps) == 0 {
+		return 0, io.EOF
+	}
+	switch v := r.steps[0].(type) {
+	case error:
+		r.steps = r.steps[1:]
+		return 0, v
+	case string:
+		n := copy(p, v)
+		if n == len(v) {
+			r.steps = r.steps[1:]
+		} else {
+			r.steps[0] = v[n:]
+		}
+		return n, nil
+	}
+	panic("bad step")
+}
+
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string { return "i/o timeout" }
+func (timeoutErr) Timeout() bool { return true }
+
+func TestStripperErrorKeepsState(t *testing.T) {
+	// A deadline expires in the middle of a push whose name is not known:
+	// the held bytes stay held, and the next Read carries on.
+	r := &stepReader{steps: []any{"+OK\r\n>4\r\n$6\r\nMOV", timeoutErr{}, "ING\r\n:1\r\n:15\r\n_\r\n:7\r\n"}}
+	var stripped int
+	s := &Stripper{Strip: stripMaint, OnStripped: func([]byte) { stripped++ }}
+	p := make([]byte, 100)
+	n, err := s.Read(r, p)
+	if string(p[:n]) != "+OK\r\n" || err != nil {
+		t.Fatalf("first read %q %v", p[:n], err)
+	}
+	if n, err = s.Read(r, p); n != 0 || !errors.Is(err, timeoutErr{}) {
+		t.Fatalf("second read %q %v", p[:n], err)
+	}
+	if n, err = s.Read(r, p); string(p[:n]) != ":7\r\n" || err != nil || stripped != 1 {
+		t.Fatalf("third read %q %v, stripped %d", p[:n], err, stripped)
+	}
+	if n, err = s.Read(r, p); n != 0 || err != io.EOF {
+		t.Fatalf("last read %q %v", p[:n], err)
+	}
+}
+
+func TestStripperEOFReleasesHeldBytes(t *testing.T) {
+	for _, in := range []string{">4\r\n$6\r\nMOV", ">4\r\n$6\r\nMOVING\r\n:1\r\n"} {
+		r := &stepReader{steps: []any{"+OK\r\n", in}}
+		s := &Stripper{Strip: stripMaint}
+		var out []byte
+		p := make([]byte, 3)
+		for {
+			n, err := s.Read(r, p)
+			out = append(out, p[:n]...)
+			if err == io.EOF {
+				break
+			}
+			if err != nil || n == 0 {
+				t.Fatalf("Read: %d, %v", n, err)
+			}
+		}
+		if string(out) != "+OK\r\n"+in || !s.Passthrough() {
+			t.Fatalf("out %q, passthrough %v", out, s.Passthrough())
+		}
+	}
+}
+
+func TestStripperNoProgress(t *testing.T) {
+	s := &Stripper{}
+	n, err := s.Read(&chunkReader{data: []byte("+OK\r\n"), sizes: []int{0}}, make([]byte, 10))
+	if n != 0 || err != io.ErrNoProgress {
+		t.Fatalf("got %d, %v", n, err)
+	}
+}
+
+func TestStripperReset(t *testing.T) {
+	replies := 0
+	s := &Stripper{Strip: stripMaint, OnReply: func() { replies++ }}
+	p := make([]byte, 64)
+	s.Read(strings.NewReader(">4\r\n$6\r\nMOV"), p) // leaves a pending push
+	s.Reset()
+	n, _ := s.Read(strings.NewReader("+OK\r\n"), p)
+	if string(p[:n]) != "+OK\r\n" || replies != 1 {
+		t.Fatalf("after Reset: %q, %d replies", p[:n], replies)
+	}
+}
+
+// genReader produces an endless or bounded stream from a pattern without
+// holding it in memory: a bulk header, size payload bytes, and the CRLF.
+type bigBulkReader struct {
+	head, tail string
+	size, off  int64
+}
+
+func (r *bigBulkReader) Read(p []byte) (int, error) {
+	total := int64(len(r.head)) + r.size + int64(len(r.tail))
+	if r.off >= total {
+		return 0, io.EOF
+	}
+	n := 0
+	for n < len(p) && r.off < total {
+		switch {
+		case r.off < int64(len(r.head)):
+			k := copy(p[n:], r.head[r.off:])
+			n += k
+			r.off += int64(k)
+		case r.off < int64(len(r.head))+r.size:
+			k := int(min(int64(len(p)-n), int64(len(r.head))+r.size-r.off))
+			clear(p[n : n+k])
+			n += k
+			r.off += int64(k)
+		default:
+			k := copy(p[n:], r.tail[r.off-int64(len(r.head))-r.size:])
+			n += k
+			r.off += int64(k)
+		}
+	}
+	return n, nil
+}
+
+func TestStripperStreamsLargeBulk(t *testing.T) {
+	const size = 100 << 20
+	moving := string(AppendMoving(nil, 1, 15, "h:1", false))
+	r := &bigBulkReader{head: moving + fmt.Sprintf("$%d\r\n", size), tail: "\r\n" + moving + "+OK\r\n", size: size}
+	replies, stripped := 0, 0
+	s := &Stripper{Strip: stripMaint, OnReply: func() { replies++ }, OnStripped: func([]byte) { stripped++ }}
+	p := make([]byte, 32<<10)
+	var total int64
+	first := true
+	for {
+		n, err := s.Read(r, p)
+		if first {
+			// The bulk's first bytes come out with the first read, long
+			// before the bulk is complete.
+			if n != len(p)-len(moving) || string(p[:4]) != "$104" {
+				t.Fatalf("first read returned %d bytes: %q", n, p[:min(n, 16)])
+			}
+			first = false
+		}
+		total += int64(n)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := int64(len(fmt.Sprintf("$%d\r\n", size))) + size + 2 + 5
+	if total != want || replies != 2 || stripped != 2 {
+		t.Fatalf("got %d bytes (want %d), %d replies, %d stripped", total, want, replies, stripped)
+	}
+}
+
+func TestStripperOversize(t *testing.T) {
+	push := string(AppendPush(nil, "MOVING", 1, 2, strings.Repeat("x", 100)))
+	in := push + "+OK\r\n" + push
+	for _, sizes := range [][]int{nil, {7}} {
+		called := 0
+		s := &Stripper{MaxStripped: 50, Strip: stripMaint, OnStripped: func([]byte) { called++ }}
+		got := runStripper(s, &chunkReader{data: []byte(in), sizes: sizes}, 4096)
+		s.OnStripped = func([]byte) { called++ }
+		if string(got.out) != "+OK\r\n" || s.StrippedOversize() != 2 || len(got.stripped) != 0 {
+			t.Fatalf("chunks %v: out %q, oversize %d, stripped %d", sizes, got.out, s.StrippedOversize(), len(got.stripped))
+		}
+	}
+}
+
+func TestStripperZeroAlloc(t *testing.T) {
+	stream := replyMix(1 << 20)
+	r := &loopReader{data: stream, chunk: 32 << 10}
+	replies := 0
+	s := &Stripper{Strip: stripMaint, OnReply: func() { replies++ }, OnStripped: func([]byte) {}}
+	p := make([]byte, 16<<10)
+	// Warm up: the stripped-push buffer is allocated once.
+	for range 200 {
+		s.Read(r, p)
+	}
+	allocs := testing.AllocsPerRun(1000, func() {
+		if _, err := s.Read(r, p); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 || s.Passthrough() || replies == 0 {
+		t.Fatalf("%v allocs per Read, passthrough %v, %d replies", allocs, s.Passthrough(), replies)
+	}
+}
+
+// loopReader returns data over and over, chunk bytes at a time at most.
+type loopReader struct {
+	data  []byte
+	off   int
+	chunk int
+}
+
+func (r *loopReader) Read(p []byte) (int, error) {
+	n := copy(p[:min(len(p), r.chunk)], r.data[r.off:])
+	r.off += n
+	if r.off == len(r.data) {
+		r.off = 0
+	}
+	return n, nil
+}
+
+// replyMix returns about size bytes of a realistic reply stream: many small
+// +OK and integers, bulk strings of 16 to 4096 bytes, arrays and nulls, with
+// an occasional maintenance push (stripped) and pub/sub push (kept).
+func replyMix(size int) []byte {
+	var b []byte
+	seed := uint32(1)
+	rnd := func(n int) int {
+		seed = seed*1664525 + 1013904223
+		return int(seed>>8) % n
+	}
+	payload := bytes.Repeat([]byte("abcdefghijklmnopqrstuvwxyz0123456789"), 120)
+	for i := 0; len(b) < size; i++ {
+		switch x := rnd(100); {
+		case x < 40:
+			b = append(b, "+OK\r\n"...)
+		case x < 55:
+			b = AppendInt(b, int64(rnd(100000)))
+		case x < 85:
+			b = AppendBulk(b, payload[:16+rnd(4096-16)])
+		case x < 95:
+			n := 1 + rnd(8)
+			b = AppendArrayHeader(b, n)
+			for range n {
+				b = AppendBulk(b, payload[:1+rnd(64)])
+			}
+		case x < 98:
+			b = append(b, "$-1\r\n"...)
+		default:
+			if rnd(2) == 0 {
+				b = AppendMigrating(b, int64(i), 2, `["1"]`)
+			} else {
+				b = AppendPush(b, "message", "chan", "hello")
+			}
+		}
+	}
+	return b
+}
+
+func benchReader(b *testing.B, read func(r io.Reader, p []byte) (int, error)) {
+	stream := replyMix(8 << 20)
+	r := &loopReader{data: stream, chunk: 32 << 10}
+	p := make([]byte, 32<<10)
+	b.SetBytes(int64(len(stream)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		for got := 0; got < len(stream); {
+			n, err := read(r, p)
+			if err != nil {
+				b.Fatal(err)
+			}
+			got += n
+		}
+	}
+}
+
+// BenchmarkStripperThroughput measures Stripper.Read over a realistic reply
+// mix delivered in 32 KiB chunks.
+func BenchmarkStripperThroughput(b *testing.B) {
+	s := &Stripper{Strip: stripMaint, OnReply: func() {}, OnStripped: func([]byte) {}}
+	benchReader(b, s.Read)
+	if s.Passthrough() {
+		b.Fatal("stream was found malformed")
+	}
+}
+
+// BenchmarkPlainCopyThroughput is the baseline for
+// BenchmarkStripperThroughput: the same stream read without a Stripper.
+func BenchmarkPlainCopyThroughput(b *testing.B) {
+	benchReader(b, func(r io.Reader, p []byte) (int, error) { return r.Read(p) })
+}
+
