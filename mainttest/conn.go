@@ -25,9 +25,10 @@ type entry struct {
 }
 
 // conn is one client connection of an endpoint and its own backend
-// connection. Three goroutines serve it: run (reads client commands and
-// relays them), backendLoop (frames the backend's output) and writeLoop (the
-// only writer to the client, so injected pushes land between frames).
+// connection. Four goroutines serve it: run (dials the backend, then reads
+// client commands), forwardLoop (relays them, with latency), backendLoop
+// (frames the backend's output) and writeLoop (the only writer to the
+// client, so injected pushes land between frames).
 type conn struct {
 	e      *Emulator
 	ep     *Endpoint
@@ -37,7 +38,8 @@ type conn struct {
 	cancel context.CancelFunc
 
 	mu      sync.Mutex
-	cond    *sync.Cond // signalled on any change writeLoop may care about
+	cond    *sync.Cond // wakes writeLoop
+	fcond   *sync.Cond // wakes forwardLoop
 	bc      net.Conn
 	closed  bool
 	resp3   bool
@@ -45,12 +47,13 @@ type conn struct {
 	everIn  bool   // counted in Stats.OptedIn
 	epType  string // requested moving-endpoint-type, lower case ("" = bare ON)
 
-	outQ          []entry  // replies owed, in order
-	pushes        []byte   // injected push frames not tied to a local reply
-	bout          [][]byte // backend frames not yet written
-	bEOF          bool     // the backend connection ended
-	closeAfter    bool     // close once every owed reply is written (protocol error)
-	inflight      int      // entries taken by writeLoop, not yet written
+	outQ          []entry   // replies owed, in order
+	fwdQ          []fwdItem // commands read, not yet relayed
+	pushes        []byte    // injected push frames not tied to a local reply
+	bout          [][]byte  // backend frames not yet written
+	bEOF          bool      // the backend connection ended
+	closeAfter    bool      // close once every owed reply is written (protocol error)
+	inflight      int       // entries taken by writeLoop, not yet written
 	backendErrMsg string
 }
 
@@ -58,6 +61,7 @@ type conn struct {
 func (e *Emulator) startConn(ep *Endpoint, nc net.Conn) {
 	c := &conn{e: e, ep: ep, id: e.connID.Add(1), nc: nc}
 	c.cond = sync.NewCond(&c.mu)
+	c.fcond = sync.NewCond(&c.mu)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -88,6 +92,7 @@ func (c *conn) shutdown(reason string, byEmulator bool) (owed int64, ok bool) {
 	owed = int64(len(c.outQ) + c.inflight)
 	bc := c.bc
 	c.cond.Broadcast()
+	c.fcond.Broadcast()
 	c.mu.Unlock()
 	c.cancel()
 	_ = c.nc.Close()
@@ -181,9 +186,10 @@ func (c *conn) run() {
 	}
 	e.goLocked(func() { c.backendLoop(bufio.NewReaderSize(bc, 32<<10)) })
 	e.goLocked(c.writeLoop)
+	e.goLocked(func() { c.forwardLoop(bufio.NewWriterSize(bc, 16<<10)) })
 	e.mu.Unlock()
 
-	c.readLoop(bufio.NewReaderSize(c.nc, 16<<10), bufio.NewWriterSize(bc, 16<<10))
+	c.readLoop(bufio.NewReaderSize(c.nc, 16<<10))
 }
 
 // subscribeLike reports the pub/sub commands whose RESP3 replies are pushes.
@@ -199,11 +205,18 @@ func subscribeLike(name string) (subscribe, unsubscribe bool) {
 
 var emptyArray = []byte("*0\r\n")
 
-func (c *conn) readLoop(cr *bufio.Reader, bw *bufio.Writer) {
-	var frame, inline []byte
+// fwdItem is a command read from the client, waiting to be relayed.
+type fwdItem struct {
+	name string // upper case, for per-command latency
+	data []byte // RESP array to send to the backend
+}
+
+// readLoop reads the client's commands as they arrive: it answers the
+// handshake itself, queues one owed reply per relayed command (so every
+// command read counts in OwedAtClose) and hands the command to forwardLoop.
+func (c *conn) readLoop(cr *bufio.Reader) {
 	for {
-		var err error
-		frame, err = resp.ReadCommand(cr, frame[:0])
+		frame, err := resp.ReadCommand(cr, nil)
 		if err != nil {
 			if errors.Is(err, resp.ErrMalformed) {
 				c.protocolError(err)
@@ -223,6 +236,14 @@ func (c *conn) readLoop(cr *bufio.Reader, bw *bufio.Writer) {
 		if name == "CLIENT" && len(args) > 0 && strings.EqualFold(string(args[0]), "MAINT_NOTIFICATIONS") {
 			c.handshake(args)
 			continue
+		}
+		if frame[0] != '*' { // inline: the backend may not speak it
+			inline := resp.AppendArrayHeader(nil, len(args)+1)
+			inline = resp.AppendBulk(inline, name)
+			for _, a := range args {
+				inline = resp.AppendBulk(inline, a)
+			}
+			frame = inline
 		}
 
 		replies := 1
@@ -261,9 +282,31 @@ func (c *conn) readLoop(cr *bufio.Reader, bw *bufio.Writer) {
 			}
 			c.outQ = append(c.outQ, en)
 		}
+		c.fwdQ = append(c.fwdQ, fwdItem{name: name, data: frame})
+		c.fcond.Signal()
+		c.mu.Unlock()
+	}
+}
+
+// forwardLoop relays queued commands to the backend in order, applying the
+// endpoint's latency before each one.
+func (c *conn) forwardLoop(bw *bufio.Writer) {
+	for {
+		c.mu.Lock()
+		for !c.closed && len(c.fwdQ) == 0 {
+			c.fcond.Wait()
+		}
+		if c.closed {
+			c.mu.Unlock()
+			return
+		}
+		it := c.fwdQ[0]
+		c.fwdQ[0] = fwdItem{}
+		c.fwdQ = c.fwdQ[1:]
+		more := len(c.fwdQ) > 0
 		c.mu.Unlock()
 
-		if lat := c.ep.latencyFor(name); lat > 0 {
+		if lat := c.ep.latencyFor(it.name); lat > 0 {
 			if bw.Flush() != nil {
 				c.shutdown("backend", false)
 				return
@@ -276,20 +319,11 @@ func (c *conn) readLoop(cr *bufio.Reader, bw *bufio.Writer) {
 				return
 			}
 		}
-		out := frame
-		if frame[0] != '*' { // inline: the backend may not speak it
-			inline = resp.AppendArrayHeader(inline[:0], len(args)+1)
-			inline = resp.AppendBulk(inline, name)
-			for _, a := range args {
-				inline = resp.AppendBulk(inline, a)
-			}
-			out = inline
-		}
-		if _, err := bw.Write(out); err != nil {
+		if _, err := bw.Write(it.data); err != nil {
 			c.shutdown("backend", false)
 			return
 		}
-		if cr.Buffered() == 0 {
+		if !more {
 			if err := bw.Flush(); err != nil {
 				c.shutdown("backend", false)
 				return

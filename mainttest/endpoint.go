@@ -75,6 +75,10 @@ type Stats struct {
 	// not count.
 	OwedAtClose int64
 
+	// Pending counts the replies owed to the endpoint's clients right now:
+	// commands read and not yet answered (slow or in flight).
+	Pending int64
+
 	FirstServed, LastServed time.Time // when the first and last counted reply was relayed
 }
 
@@ -171,7 +175,13 @@ func (ep *Endpoint) SetFQDN(host string) {
 func (ep *Endpoint) Stats() Stats {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
-	return ep.stats
+	s := ep.stats
+	for c := range ep.conns {
+		c.mu.Lock()
+		s.Pending += int64(len(c.outQ) + c.inflight)
+		c.mu.Unlock()
+	}
+	return s
 }
 
 // SetLatency sets extra latency for every command relayed from now on. It

@@ -3,6 +3,7 @@ package mainttest
 import (
 	"bufio"
 	"context"
+	"errors"
 	"net"
 	"strconv"
 	"strings"
@@ -150,7 +151,7 @@ func (c *rawClient) noFrameWithin(d time.Duration) {
 	c.t.Helper()
 	if f, err := c.readErr(d); err == nil {
 		c.t.Fatalf("unexpected frame %q", f)
-	} else if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+	} else if !isTimeout(err) {
 		c.t.Fatalf("unexpected error %v", err)
 	}
 }
@@ -189,3 +190,8 @@ func dumpEvents(e *Emulator) string {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
