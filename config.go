@@ -1,0 +1,173 @@
+package maint
+
+import (
+	"fmt"
+	"log"
+	"net"
+	"net/netip"
+	"time"
+)
+
+// Config holds the settings of a Maint. The zero value means the defaults,
+// which suit most applications; each field says what its zero value does.
+type Config struct {
+	// RelaxedTimeout is the floor put under the read and write deadlines of a
+	// node's connections while it migrates or fails over, and of connections
+	// being drained. It never shortens a longer or infinite timeout.
+	// 0 means 10s; a negative value turns relaxation off (the drain keeps its
+	// one-second floor).
+	RelaxedTimeout time.Duration
+	// RelaxedTail is how long relaxation lasts after MIGRATED or FAILED_OVER.
+	// 0 means twice the relaxed timeout.
+	RelaxedTail time.Duration
+	// RelaxCap ends relaxation if the completion never comes. 0 means 60s.
+	RelaxCap time.Duration
+	// HoldBudget bounds how long past a MOVING window's end commands wait for
+	// DNS to name another node, when it has not by then. 0 means 10s; a
+	// negative value means commands are not held past the window's end.
+	HoldBudget time.Duration
+	// MaxWindow caps an announced MOVING window before anything is derived
+	// from it. 0 means one hour.
+	MaxWindow time.Duration
+	// EndpointType is the moving-endpoint-type sent in the opt-in handshake
+	// (Configure route only): "internal-ip", "internal-fqdn", "external-ip",
+	// "external-fqdn" or "none". "" means auto: an FQDN with TLS, an IP
+	// without; internal when the connected address is private.
+	EndpointType string
+	// FixedAddress declares that the configured address never identifies a
+	// node (a tunnel, a load balancer, a fixed front address): a null-endpoint
+	// MOVING then hands off at the last call, and what connects afterwards is
+	// trusted. false means auto: a host name identifies nodes (DNS moves it), a
+	// literal IP does not unless a MOVING names a successor.
+	FixedAddress bool
+	// AllowSuccessor decides whether connections, and so credentials, may go
+	// to a successor a MOVING names ("host:port"). nil allows any successor; a
+	// refused one is treated like a null endpoint. See AllowNetworks.
+	AllowSuccessor func(successor string) bool
+	// Logf receives one line per notable event (bad input, handoffs, the
+	// handshake unsupported). nil means log.Printf.
+	Logf func(format string, args ...any)
+	// OnEvent, if set, is called for every Event, outside any lock of the
+	// Maint. It must not block.
+	OnEvent func(Event)
+}
+
+// Option changes one setting of a Config.
+type Option func(*Config)
+
+// WithConfig replaces the whole Config.
+func WithConfig(c Config) Option { return func(dst *Config) { *dst = c } }
+
+// WithRelaxedTimeout sets Config.RelaxedTimeout.
+func WithRelaxedTimeout(d time.Duration) Option { return func(c *Config) { c.RelaxedTimeout = d } }
+
+// WithRelaxedTail sets Config.RelaxedTail.
+func WithRelaxedTail(d time.Duration) Option { return func(c *Config) { c.RelaxedTail = d } }
+
+// WithRelaxCap sets Config.RelaxCap.
+func WithRelaxCap(d time.Duration) Option { return func(c *Config) { c.RelaxCap = d } }
+
+// WithHoldBudget sets Config.HoldBudget.
+func WithHoldBudget(d time.Duration) Option { return func(c *Config) { c.HoldBudget = d } }
+
+// WithEndpointType sets Config.EndpointType.
+func WithEndpointType(t string) Option { return func(c *Config) { c.EndpointType = t } }
+
+// WithFixedAddress sets Config.FixedAddress.
+func WithFixedAddress(fixed bool) Option { return func(c *Config) { c.FixedAddress = fixed } }
+
+// WithAllowSuccessor sets Config.AllowSuccessor.
+func WithAllowSuccessor(f func(successor string) bool) Option {
+	return func(c *Config) { c.AllowSuccessor = f }
+}
+
+// WithLogf sets Config.Logf.
+func WithLogf(f func(format string, args ...any)) Option { return func(c *Config) { c.Logf = f } }
+
+// WithOnEvent sets Config.OnEvent.
+func WithOnEvent(f func(Event)) Option { return func(c *Config) { c.OnEvent = f } }
+
+// AllowNetworks returns an AllowSuccessor policy that accepts successors
+// whose host is an IP inside one of the given prefixes ("10.0.0.0/8"), and
+// refuses host names and everything else. It panics on a malformed prefix,
+// at construction.
+func AllowNetworks(prefixes ...string) func(successor string) bool {
+	ps := make([]netip.Prefix, len(prefixes))
+	for i, s := range prefixes {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			panic(fmt.Sprintf("maint: AllowNetworks: %v", err))
+		}
+		ps[i] = p
+	}
+	return func(successor string) bool {
+		host, _, err := net.SplitHostPort(successor)
+		if err != nil {
+			return false
+		}
+		ip, err := netip.ParseAddr(host)
+		if err != nil {
+			return false
+		}
+		for _, p := range ps {
+			if p.Contains(ip.Unmap()) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// settings are the effective values, defaults applied.
+type settings struct {
+	relaxed    time.Duration // < 0: off
+	tail       time.Duration
+	relaxCap   time.Duration
+	holdBudget time.Duration // < 0: none
+	maxWindow  time.Duration
+	endpoint   string
+	fixed      bool
+	allow      func(string) bool
+	logf       func(string, ...any)
+	onEvent    func(Event)
+}
+
+func (c Config) settings() settings {
+	s := settings{
+		relaxed:    c.RelaxedTimeout,
+		tail:       c.RelaxedTail,
+		relaxCap:   c.RelaxCap,
+		holdBudget: c.HoldBudget,
+		maxWindow:  c.MaxWindow,
+		endpoint:   c.EndpointType,
+		fixed:      c.FixedAddress,
+		allow:      c.AllowSuccessor,
+		logf:       c.Logf,
+		onEvent:    c.OnEvent,
+	}
+	if s.relaxed == 0 {
+		s.relaxed = 10 * time.Second
+	}
+	if s.tail <= 0 {
+		s.tail = 2 * s.relaxed
+		if s.tail < 0 {
+			s.tail = 0
+		}
+	}
+	if s.relaxCap <= 0 {
+		s.relaxCap = 60 * time.Second
+	}
+	if s.holdBudget == 0 {
+		s.holdBudget = 10 * time.Second
+	}
+	if s.holdBudget < 0 {
+		s.holdBudget = 0
+	}
+	if s.maxWindow <= 0 {
+		s.maxWindow = time.Hour
+	}
+	if s.logf == nil {
+		s.logf = log.Printf
+	}
+	return s
+}

@@ -1,0 +1,135 @@
+package maint
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// configure implements Maint.Configure.
+func configure(m *Maint, opt *redis.Options) {
+	// The built-in handler never acts on a notification the Maint handles:
+	// it is off, and sends no handshake of its own.
+	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+
+	base := opt.Dialer
+	if base == nil {
+		base = defaultDialer(opt)
+	}
+	opt.Dialer = m.dialVia(base)
+
+	prev := opt.OnConnect
+	tlsOn := opt.TLSConfig != nil
+	resp2 := opt.Protocol == 2
+	opt.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
+		if !resp2 {
+			if err := m.handshake(ctx, cn, opt.Addr, tlsOn); err != nil {
+				return err
+			}
+		}
+		if prev != nil {
+			return prev(ctx, cn)
+		}
+		return nil
+	}
+}
+
+// handshake opts the connection in to maintenance notifications, unless the
+// endpoint has already said it does not support them.
+func (m *Maint) handshake(ctx context.Context, cn *redis.Conn, addr string, tlsOn bool) error {
+	t := m.target(addr)
+	if t.unsupported.Load() {
+		return nil
+	}
+	typ := m.endpointType(t, tlsOn)
+	err := cn.Do(ctx, "CLIENT", "MAINT_NOTIFICATIONS", "ON", "moving-endpoint-type", typ).Err()
+	if err == nil {
+		return nil
+	}
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return err // the connection failed: go-redis discards it
+	}
+	if t.unsupported.CompareAndSwap(false, true) {
+		m.c.unsupported.Add(1)
+		m.logf("maint: %s does not support maintenance notifications (%v); not asking again", addr, err)
+		m.emit(Event{Kind: EventUnsupported, Node: addr, Detail: err.Error()})
+	}
+	return nil
+}
+
+// endpointType resolves the moving-endpoint-type the way the peers do: an
+// FQDN with TLS (a certificate names hosts), an IP without; internal when the
+// connected address is private (RFC 1918, RFC 4193, loopback, link-local, and
+// CGNAT 100.64/10 as go-redis does).
+func (m *Maint) endpointType(t *target, tlsOn bool) string {
+	if m.s.endpoint != "" {
+		return m.s.endpoint
+	}
+	scope := "external"
+	if p := t.lastRemote.Load(); p != nil && isPrivate(*p) {
+		scope = "internal"
+	}
+	if tlsOn {
+		return scope + "-fqdn"
+	}
+	return scope + "-ip"
+}
+
+var cgnat = netip.MustParsePrefix("100.64.0.0/10")
+
+func isPrivate(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return false
+	}
+	ip = ip.Unmap()
+	return ip.IsPrivate() || ip.IsLoopback() || ip.IsLinkLocalUnicast() || cgnat.Contains(ip)
+}
+
+// defaultDialer is go-redis's dialer, except that a connection to a successor
+// keeps verifying TLS against the original server name: a certificate valid
+// for the configured host is what may receive the client's credentials.
+func defaultDialer(opt *redis.Options) dialFunc {
+	plain := redis.NewDialer(opt)
+	if opt.TLSConfig == nil {
+		return plain
+	}
+	configured := opt.Addr
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if addr == configured {
+			return plain(ctx, network, addr)
+		}
+		nd := &net.Dialer{Timeout: opt.DialTimeout, KeepAliveConfig: net.KeepAliveConfig{
+			Enable: true, Idle: 30 * time.Second, Interval: 5 * time.Second, Count: 3,
+		}}
+		raw, err := nd.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		cfg := opt.TLSConfig.Clone()
+		if cfg.ServerName == "" {
+			host, _, err := net.SplitHostPort(configured)
+			if err != nil {
+				host = configured
+			}
+			cfg.ServerName = host
+		}
+		tc := tls.Client(raw, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			_ = raw.Close()
+			return nil, err
+		}
+		return tc, nil
+	}
+}

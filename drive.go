@@ -1,0 +1,332 @@
+package maint
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/maintkit/maint/classify"
+	"github.com/maintkit/maint/handoff"
+	"github.com/maintkit/maint/internal/resp"
+)
+
+// run drives one handoff: it owns the goroutine that carries out the
+// handoff's actions on time, probes DNS during a null-endpoint window, and
+// answers the dial path's questions about new connections.
+type run struct {
+	m   *Maint
+	n   *node   // the retiring node
+	t   *target // whose dials the handoff judges
+	h   *handoff.Handoff
+	gen uint64
+	seq int64
+
+	kick    chan struct{} // a dial saw a replacement
+	stop    chan struct{} // closed when superseded
+	changed chan struct{} // closed and replaced at every phase change: wakes doomed dials
+	hold    atomic.Pointer[hold]
+}
+
+// onNotification handles one stripped maintenance push. It runs on the
+// goroutine reading the connection and must not block.
+func (c *conn) onNotification(frame []byte) {
+	m := c.m
+	nt, err := resp.ParsePush(frame)
+	if err != nil {
+		m.c.malformed.Add(1)
+		m.logf("maint: %s: ignoring malformed notification: %v", c.remote, err)
+		m.emit(Event{Kind: EventMalformed, Node: c.n.key, Detail: err.Error()})
+		return
+	}
+	if m.ctx.Err() != nil {
+		return
+	}
+	m.c.notifications.Add(1)
+	m.emit(Event{Kind: EventNotification, Node: c.n.key, Seq: nt.Seq, Detail: describe(nt)})
+	switch nt.Kind {
+	case resp.KindMoving:
+		m.onMoving(c, nt)
+	case resp.KindMigrating, resp.KindFailingOver:
+		m.relax(c.n, nt.Seq)
+	case resp.KindMigrated, resp.KindFailedOver:
+		m.relaxEnd(c.n, nt.Seq)
+	case resp.KindSMigrating:
+		m.relax(c.n, nt.Seq)
+	case resp.KindSMigrated:
+		m.relaxEnd(c.n, nt.Seq)
+	}
+}
+
+func describe(nt resp.Notification) string {
+	s := nt.Kind.String()
+	if nt.HasTime {
+		s += fmt.Sprintf(" time=%d", nt.Time)
+	}
+	if nt.Kind == resp.KindMoving {
+		if nt.Null {
+			s += " endpoint=null"
+		} else {
+			s += " endpoint=" + nt.Endpoint
+		}
+	}
+	return s
+}
+
+// validSuccessor checks the shape of a MOVING's endpoint: "host:port" with a
+// port in range and a host free of anything a name or address cannot hold.
+func validSuccessor(ep string) error {
+	host, port, err := net.SplitHostPort(ep)
+	if err != nil {
+		return err
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("bad port %q", port)
+	}
+	if host == "" || len(host) > 253 || strings.ContainsAny(host, " \t\r\n/\\@?#") {
+		return fmt.Errorf("bad host %q", host)
+	}
+	return nil
+}
+
+func (m *Maint) onMoving(c *conn, nt resp.Notification) {
+	n, t := c.n, c.t
+	window := time.Duration(nt.Time) * time.Second
+	if nt.Time < 0 || window < 0 {
+		window = 0
+	}
+	if window > m.s.maxWindow || nt.Time > int64(m.s.maxWindow/time.Second) {
+		m.c.malformed.Add(1)
+		m.logf("maint: %s: MOVING window of %ds capped to %v", n.key, nt.Time, m.s.maxWindow)
+		window = m.s.maxWindow
+	}
+	successor := ""
+	if !nt.Null {
+		if err := validSuccessor(nt.Endpoint); err != nil {
+			m.c.malformed.Add(1)
+			m.logf("maint: %s: MOVING endpoint %q is not host:port (%v); treating it as null", n.key, nt.Endpoint, err)
+		} else if m.s.allow != nil && !m.s.allow(nt.Endpoint) {
+			m.logf("maint: %s: MOVING successor %s refused by AllowSuccessor; treating it as null", n.key, nt.Endpoint)
+			m.emit(Event{Kind: EventMalformed, Node: n.key, Seq: nt.Seq, Detail: "successor refused: " + nt.Endpoint})
+		} else {
+			successor = nt.Endpoint
+		}
+	}
+
+	n.mu.Lock()
+	if nt.Seq == n.lastMoving && n.lastMoving != 0 {
+		n.mu.Unlock()
+		return // another connection's copy of the same MOVING
+	}
+	n.lastMoving = nt.Seq
+	m.mu.Lock()
+	m.gen++
+	gen := m.gen
+	m.mu.Unlock()
+
+	now := time.Now()
+	ident := !m.s.fixed && classify.IdentifiesNodes(t.addr, successor != "")
+	h, first := handoff.New(handoff.Params{
+		Gen: gen, Seq: nt.Seq, Node: n.key, Successor: successor,
+		Start: now, Window: window,
+		RelaxedTimeout: m.s.relaxed, HoldBudget: m.s.holdBudget,
+		Identifying: ident,
+	})
+	r := &run{m: m, n: n, t: t, h: h, gen: gen, seq: nt.Seq,
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), changed: make(chan struct{})}
+	prev := n.run.Swap(r)
+	n.mu.Unlock()
+
+	if prev != nil {
+		prev.supersede()
+	}
+	t.run.Store(r)
+	if successor != "" {
+		t.pin.Store(&pin{addr: successor, until: h.Deadline(), gen: gen})
+	}
+	m.c.handoffs.Add(1)
+	m.emit(Event{Kind: EventHandoff, Node: n.key, Seq: nt.Seq,
+		Detail: fmt.Sprintf("window=%v successor=%q identifying=%v", window, successor, ident)})
+	r.apply(first)
+	if !m.goBackground(r.loop) {
+		r.apply(h.Finish())
+	}
+}
+
+// supersede ends a handoff that a later MOVING replaced.
+func (r *run) supersede() {
+	select {
+	case <-r.stop:
+	default:
+		close(r.stop)
+	}
+}
+
+// loop carries out the handoff's timed actions until it is done.
+func (r *run) loop() {
+	p := r.h.Params()
+	probing := p.Successor == "" && p.Identifying
+	every := handoff.ProbeInterval(p.Window)
+	nextProbe := time.Now().Add(every)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		wake := r.h.NextWake()
+		ph := r.h.Phase()
+		if ph == handoff.Done {
+			return
+		}
+		if probing && (ph == handoff.Awaiting || ph == handoff.Holding) && (wake.IsZero() || nextProbe.Before(wake)) {
+			wake = nextProbe
+		}
+		d := time.Until(wake)
+		if d < 0 {
+			d = 0
+		}
+		timer.Reset(d)
+		select {
+		case <-timer.C:
+		case <-r.kick:
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+		case <-r.stop:
+			r.apply(r.h.Finish())
+			return
+		case <-r.m.ctx.Done():
+			r.apply(r.h.Finish())
+			return
+		}
+		now := time.Now()
+		act := r.h.Tick(now)
+		if ph := r.h.Phase(); probing && (ph == handoff.Awaiting || ph == handoff.Holding) && !now.Before(nextProbe) {
+			nextProbe = now.Add(every)
+			if r.probe() {
+				act |= r.h.Replacement(time.Now())
+			}
+		}
+		r.apply(act)
+	}
+}
+
+// probe dials the configured address the way the client's own dial path
+// would (so a custom Dialer's resolution is honoured) and reports whether it
+// landed somewhere other than the retiring node. No command is sent.
+func (r *run) probe() bool {
+	nextp := r.t.next.Load()
+	if nextp == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(r.m.ctx, time.Second)
+	defer cancel()
+	raw, err := (*nextp)(ctx, "tcp", r.t.addr)
+	if err != nil {
+		return false
+	}
+	remote := remoteString(raw)
+	_ = raw.Close()
+	if classify.Judge(classify.Input{Remote: remote, Retiring: r.n.key, Identifying: true}) == classify.Replacement {
+		r.m.emit(Event{Kind: EventReplacement, Node: r.n.key, Seq: r.seq, Detail: "DNS now names " + remote})
+		return true
+	}
+	return false
+}
+
+// judge classifies a new connection of the handoff's target.
+func (r *run) judge(remote string) classify.Verdict {
+	p := r.h.Params()
+	v := classify.Judge(classify.Input{Remote: remote, Retiring: r.n.key, Identifying: p.Identifying, Released: r.h.Released()})
+	if v == classify.Doomed {
+		if retired, _ := r.h.Retired(); !retired {
+			// Before the node is retired, it still serves: the connection joins
+			// the others and will be retired with them.
+			return classify.Unknown
+		}
+		if r.h.Phase() == handoff.Done {
+			return classify.Unknown
+		}
+	}
+	return v
+}
+
+// sawReplacement tells the driver that a dial landed on another node.
+func (r *run) sawReplacement(remote string) {
+	if ph := r.h.Phase(); ph == handoff.Awaiting || ph == handoff.Holding {
+		r.m.emit(Event{Kind: EventReplacement, Node: r.n.key, Seq: r.seq, Detail: "dial landed on " + remote})
+		if act := r.h.Replacement(time.Now()); act != 0 {
+			r.apply(act)
+			select { // the driver's next wake has changed
+			case r.kick <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// waitChange is where a dial that landed on the retiring node waits before
+// trying again: until the handoff changes phase or a probe interval passes,
+// bounded by ctx.
+func (r *run) waitChange(ctx context.Context) error {
+	r.m.mu.Lock()
+	ch := r.changed
+	r.m.mu.Unlock()
+	t := time.NewTimer(handoff.ProbeInterval(r.h.Params().Window))
+	defer t.Stop()
+	select {
+	case <-ch:
+		return nil
+	case <-t.C:
+		return nil
+	case <-r.m.ctx.Done():
+		return ErrClosed
+	case <-ctx.Done():
+		return fmt.Errorf("maint: waiting for a replacement of %s: %w", r.n.key, ctx.Err())
+	}
+}
+
+// apply carries out actions in order.
+func (r *run) apply(act handoff.Action) {
+	if act == 0 {
+		return
+	}
+	m := r.m
+	if act.Has(handoff.Retire) {
+		n := m.retire(r.n)
+		_, capAt := r.h.Retired()
+		m.emit(Event{Kind: EventRetire, Node: r.n.key, Seq: r.seq, Count: n,
+			Detail: fmt.Sprintf("drain cap in %v", time.Until(capAt).Round(time.Millisecond))})
+	}
+	if act.Has(handoff.Hold) {
+		h := &hold{released: make(chan struct{}), until: r.h.Deadline().Add(m.s.holdBudget)}
+		r.hold.Store(h)
+		m.hold.Store(h)
+		m.emit(Event{Kind: EventHold, Node: r.n.key, Seq: r.seq})
+	}
+	if h := r.hold.Load(); act.Has(handoff.Release) && h != nil {
+		m.hold.CompareAndSwap(h, nil)
+		h.release()
+		m.emit(Event{Kind: EventRelease, Node: r.n.key, Seq: r.seq})
+	}
+	if act.Has(handoff.CloseRemaining) {
+		closed, owed := m.closeRetired(r.n)
+		m.emit(Event{Kind: EventDrainCap, Node: r.n.key, Seq: r.seq, Count: closed,
+			Detail: fmt.Sprintf("replies owed %d", owed)})
+	}
+	if act.Has(handoff.Finish) {
+		r.t.unpin(r.gen)
+		r.n.run.CompareAndSwap(r, nil)
+		r.t.run.CompareAndSwap(r, nil)
+		m.emit(Event{Kind: EventHandoffDone, Node: r.n.key, Seq: r.seq})
+	}
+	// Wake dials waiting out a doomed landing: the phase may have changed.
+	m.mu.Lock()
+	close(r.changed)
+	r.changed = make(chan struct{})
+	m.mu.Unlock()
+}

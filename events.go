@@ -1,0 +1,127 @@
+package maint
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// EventKind names what happened.
+type EventKind uint8
+
+const (
+	// EventNotification: a maintenance notification was read (Detail says which).
+	EventNotification EventKind = iota + 1
+	// EventMalformed: a push was malformed or absurd and was ignored.
+	EventMalformed
+	// EventHandoff: a MOVING started a handoff for a node.
+	EventHandoff
+	// EventRetire: the node's connections left circulation.
+	EventRetire
+	// EventHold: new commands wait for a replacement.
+	EventHold
+	// EventRelease: held commands go.
+	EventRelease
+	// EventDrainCap: the drain cap passed; Count connections were still open and were closed.
+	EventDrainCap
+	// EventDoomed: a new connection landed on the retiring node and was discarded.
+	EventDoomed
+	// EventReplacement: a connection landed on another node while a handoff was on.
+	EventReplacement
+	// EventHandoffDone: the handoff ended.
+	EventHandoffDone
+	// EventRelax: timeouts of a node were relaxed.
+	EventRelax
+	// EventRelaxEnd: a completion set the end of a node's relaxation.
+	EventRelaxEnd
+	// EventUnsupported: the endpoint refused the opt-in handshake.
+	EventUnsupported
+)
+
+var eventNames = [...]string{
+	EventNotification: "notification",
+	EventMalformed:    "malformed",
+	EventHandoff:      "handoff",
+	EventRetire:       "retire",
+	EventHold:         "hold",
+	EventRelease:      "release",
+	EventDrainCap:     "drain-cap",
+	EventDoomed:       "doomed",
+	EventReplacement:  "replacement",
+	EventHandoffDone:  "handoff-done",
+	EventRelax:        "relax",
+	EventRelaxEnd:     "relax-end",
+	EventUnsupported:  "unsupported",
+}
+
+// String returns the kind's name.
+func (k EventKind) String() string {
+	if int(k) < len(eventNames) && eventNames[k] != "" {
+		return eventNames[k]
+	}
+	return fmt.Sprintf("event(%d)", uint8(k))
+}
+
+// Event is one thing a Maint did or saw, for logs, metrics and tests.
+type Event struct {
+	At     time.Time
+	Kind   EventKind
+	Node   string // address of the node concerned, if any
+	Seq    int64  // notification sequence id, if any
+	Count  int    // connections concerned, if any
+	Detail string
+}
+
+// String formats the event for a log line.
+func (e Event) String() string {
+	s := e.Kind.String()
+	if e.Node != "" {
+		s += " node=" + e.Node
+	}
+	if e.Seq != 0 {
+		s += fmt.Sprintf(" seq=%d", e.Seq)
+	}
+	if e.Count != 0 {
+		s += fmt.Sprintf(" count=%d", e.Count)
+	}
+	if e.Detail != "" {
+		s += " " + e.Detail
+	}
+	return s
+}
+
+// Stats are cumulative counters of a Maint.
+type Stats struct {
+	Notifications uint64 // maintenance notifications read
+	Malformed     uint64 // pushes ignored as malformed or absurd
+	Handoffs      uint64 // handoffs started
+	Retired       uint64 // connections taken out of circulation
+	ClosedAtCap   uint64 // retired connections closed at the drain cap
+	LostAtCap     uint64 // replies owed by connections closed at the drain cap
+	Doomed        uint64 // new connections discarded for landing on a retiring node
+	Held          uint64 // commands that waited for a replacement
+	HeldTimeouts  uint64 // held commands whose context ended first
+	Relaxations   uint64 // relaxations started
+	Unsupported   uint64 // endpoints that refused the opt-in handshake
+}
+
+type counters struct {
+	notifications, malformed, handoffs, retired, closedAtCap, lostAtCap,
+	doomed, held, heldTimeouts, relaxations, unsupported atomic.Uint64
+}
+
+func (c *counters) snapshot() Stats {
+	return Stats{
+		Notifications: c.notifications.Load(),
+		Malformed:     c.malformed.Load(),
+		Handoffs:      c.handoffs.Load(),
+		Retired:       c.retired.Load(),
+		ClosedAtCap:   c.closedAtCap.Load(),
+		LostAtCap:     c.lostAtCap.Load(),
+		Doomed:        c.doomed.Load(),
+		Held:          c.held.Load(),
+		HeldTimeouts:  c.heldTimeouts.Load(),
+		Relaxations:   c.relaxations.Load(),
+		Unsupported:   c.unsupported.Load(),
+	}
+}

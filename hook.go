@@ -1,0 +1,211 @@
+package maint
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Maint handles maintenance notifications for one go-redis client. It is a
+// redis.Hook: rdb.AddHook(m) is the whole integration for an existing client.
+// It is safe for concurrent use by multiple goroutines.
+type Maint struct {
+	s settings
+	c counters
+
+	ctx    context.Context // done when Close is called
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // background goroutines: handoff drivers
+
+	mu      sync.Mutex // guards the following
+	closed  bool
+	targets map[string]*target
+	nodes   map[string]*node
+	gen     uint64
+
+	nextID atomic.Uint64
+	// hold is non-nil while commands must wait for a replacement. The process
+	// hooks read it once per command: the whole cost of the hook when no
+	// maintenance is going on.
+	hold atomic.Pointer[hold]
+}
+
+var _ redis.Hook = (*Maint)(nil)
+
+// New returns a Maint with the given options applied over the defaults.
+// New() with no options is the right choice for most applications.
+func New(opts ...Option) *Maint {
+	var cfg Config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	m := &Maint{
+		s:       cfg.settings(),
+		targets: make(map[string]*target),
+		nodes:   make(map[string]*node),
+	}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	switch m.s.endpoint {
+	case "", "internal-ip", "internal-fqdn", "external-ip", "external-fqdn", "none":
+	default:
+		m.logf("maint: unknown EndpointType %q, using auto", m.s.endpoint)
+		m.s.endpoint = ""
+	}
+	return m
+}
+
+// DialHook wraps every connection the client makes (pool, pub/sub, pipeline
+// pool) so that its maintenance notifications are read and acted on, and
+// routes new connections to a named successor during a MOVING window.
+func (m *Maint) DialHook(next redis.DialHook) redis.DialHook {
+	return m.dialVia(next)
+}
+
+// ProcessHook makes a command wait, bounded by its context and the hold
+// budget, while no connection can serve it; otherwise it costs one atomic
+// load.
+func (m *Maint) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h := m.hold.Load(); h != nil {
+			if err := m.waitHold(ctx, h); err != nil {
+				cmd.SetErr(err)
+				return err
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// ProcessPipelineHook is ProcessHook for pipelines and transactions: the
+// whole pipeline waits, so nothing is split across nodes.
+func (m *Maint) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h := m.hold.Load(); h != nil {
+			if err := m.waitHold(ctx, h); err != nil {
+				for _, cmd := range cmds {
+					cmd.SetErr(err)
+				}
+				return err
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// hold is one period during which commands wait.
+type hold struct {
+	released chan struct{}
+	once     sync.Once
+	until    time.Time // the hold budget's end, a bound for waiters
+}
+
+func (h *hold) release() { h.once.Do(func() { close(h.released) }) }
+
+func (m *Maint) waitHold(ctx context.Context, h *hold) error {
+	m.c.held.Add(1)
+	d := time.Until(h.until)
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-h.released:
+		return nil
+	case <-t.C:
+		return nil // the budget is spent: let the command try
+	case <-m.ctx.Done():
+		return nil // closed: step aside
+	case <-ctx.Done():
+		m.c.heldTimeouts.Add(1)
+		return fmt.Errorf("%w: %w", ErrHeld, ctx.Err())
+	}
+}
+
+// Configure prepares options for a new client: it turns go-redis's built-in
+// maintnotifications handler off, routes dials through the Maint (so the
+// Maint sees every connection even before AddHook), and chains an OnConnect
+// that sends the opt-in handshake, after any OnConnect the options had. An
+// endpoint that answers the handshake with an error is remembered: the next
+// connections skip it, at the cost of one round trip and one log line in all.
+//
+// Add the Maint as a hook as well (rdb.AddHook(m), or use NewClient) so that
+// commands can wait for a replacement without taking a pool turn.
+func (m *Maint) Configure(opt *redis.Options) {
+	configure(m, opt)
+}
+
+// NewClient is Configure, redis.NewClient and AddHook in one call.
+func (m *Maint) NewClient(opt *redis.Options) *redis.Client {
+	m.Configure(opt)
+	rdb := redis.NewClient(opt)
+	rdb.AddHook(m)
+	return rdb
+}
+
+// Stats returns the Maint's counters.
+func (m *Maint) Stats() Stats { return m.c.snapshot() }
+
+// Close stops every goroutine of the Maint and releases held commands. The
+// client's connections are left to the client; after Close the Maint steps
+// aside, and connections keep working as plain connections. Close is
+// idempotent and returns promptly.
+func (m *Maint) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	m.mu.Unlock()
+	m.cancel()
+	if h := m.hold.Swap(nil); h != nil {
+		h.release()
+	}
+	m.wg.Wait()
+	return nil
+}
+
+// goBackground runs f on a goroutine owned by m, unless m is closed.
+func (m *Maint) goBackground(f func()) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return false
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		f()
+	}()
+	return true
+}
+
+func (m *Maint) logf(format string, args ...any) { m.s.logf(format, args...) }
+
+func (m *Maint) emit(e Event) {
+	if e.At.IsZero() {
+		e.At = time.Now()
+	}
+	if f := m.s.onEvent; f != nil {
+		f(e)
+	}
+}
+
+// remoteString is the connection's remote address, or "" when unreadable.
+func remoteString(c net.Conn) (s string) {
+	defer func() {
+		if recover() != nil {
+			s = ""
+		}
+	}()
+	if a := c.RemoteAddr(); a != nil {
+		return a.String()
+	}
+	return ""
+}

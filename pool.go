@@ -1,0 +1,150 @@
+package maint
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// target is what go-redis dials: the configured address of the client.
+type target struct {
+	addr string
+
+	pin         atomic.Pointer[pin] // successor to dial instead, during a window
+	run         atomic.Pointer[run] // the handoff judging this target's new connections
+	unsupported atomic.Bool         // the endpoint refused the opt-in handshake
+	lastRemote  atomic.Pointer[string]
+	next        atomic.Pointer[dialFunc] // the dial path below the Maint, for DNS probes
+}
+
+// pin routes new connections of a target to a successor until a deadline. A
+// pin belongs to the generation of the MOVING that set it: a late decision of
+// an older handoff never clears a newer pin.
+type pin struct {
+	addr  string
+	until time.Time
+	gen   uint64
+}
+
+// route returns where a new connection for t goes now.
+func (t *target) route(now time.Time) (addr string, pinned bool) {
+	if p := t.pin.Load(); p != nil {
+		if now.Before(p.until) {
+			return p.addr, true
+		}
+		t.pin.CompareAndSwap(p, nil)
+	}
+	return t.addr, false
+}
+
+// unpin drops the pin if the generation gen still owns it.
+func (t *target) unpin(gen uint64) {
+	if p := t.pin.Load(); p != nil && p.gen == gen {
+		t.pin.CompareAndSwap(p, nil)
+	}
+}
+
+// node is a server endpoint, identified by the remote address its
+// connections reached. It is the scope of a MOVING: every connection the
+// client holds to the node is concerned, whichever connection read it.
+type node struct {
+	key string
+
+	mu    sync.Mutex // guards the following
+	conns map[*conn]struct{}
+	// lastMoving is the sequence id of the latest MOVING acted on, so that the
+	// copies every connection receives start one handoff, not one each.
+	lastMoving int64
+
+	run atomic.Pointer[run] // the handoff retiring this node, if any
+
+	// Relaxation: in force while now < relaxUntil (unix nanoseconds; 0 means
+	// none). relaxSeq is the id of the MIGRATING or FAILING_OVER that started
+	// it; a completion with an older id is a replay and changes nothing.
+	relaxUntil atomic.Int64
+	relaxSeq   atomic.Int64
+	doneSeq    atomic.Int64
+}
+
+func (m *Maint) target(addr string) *target {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.targets[addr]
+	if t == nil {
+		t = &target{addr: addr}
+		m.targets[addr] = t
+	}
+	return t
+}
+
+func (m *Maint) node(key string) *node {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := m.nodes[key]
+	if n == nil {
+		n = &node{key: key, conns: make(map[*conn]struct{})}
+		m.nodes[key] = n
+	}
+	return n
+}
+
+func (n *node) add(c *conn) {
+	n.mu.Lock()
+	n.conns[c] = struct{}{}
+	n.mu.Unlock()
+}
+
+func (n *node) remove(c *conn) {
+	n.mu.Lock()
+	delete(n.conns, c)
+	n.mu.Unlock()
+}
+
+// snapshot returns the node's connections.
+func (n *node) snapshot() []*conn {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	cs := make([]*conn, 0, len(n.conns))
+	for c := range n.conns {
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+// retire takes every connection now open to n out of circulation. A
+// subscriber is closed at once: it has nothing in flight, and go-redis
+// reconnects and resubscribes it (on the replacement). The others drain: the
+// pool's health check refuses them, and commands already written finish.
+func (m *Maint) retire(n *node) int {
+	count := 0
+	for _, c := range n.snapshot() {
+		if !c.retire() {
+			continue
+		}
+		count++
+		if c.sub.Load() {
+			c.closeWith(ErrRetired)
+		}
+	}
+	m.c.retired.Add(uint64(count))
+	return count
+}
+
+// closeRetired closes the retired connections still open to n: the drain cap
+// has passed. It returns how many it closed and the replies they still owed.
+func (m *Maint) closeRetired(n *node) (closed int, owed int64) {
+	for _, c := range n.snapshot() {
+		if c.state.Load() != stateRetired {
+			continue
+		}
+		if o := c.owed.Load(); o > 0 && !c.sub.Load() {
+			owed += o
+		}
+		if c.closeWith(ErrDrainCap) {
+			closed++
+		}
+	}
+	m.c.closedAtCap.Add(uint64(closed))
+	m.c.lostAtCap.Add(uint64(owed))
+	return closed, owed
+}

@@ -1,0 +1,328 @@
+package maint_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+	"github.com/redis/go-redis/v9/push"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/maintkit/maint"
+	"github.com/maintkit/maint/mainttest"
+)
+
+// builtinWatch counts the notifications go-redis's built-in handler sees.
+type builtinWatch struct{ seen atomic.Int64 }
+
+func (b *builtinWatch) PreHook(_ context.Context, _ push.NotificationHandlerContext, _ string, n []interface{}) ([]interface{}, bool) {
+	b.seen.Add(1)
+	return n, true
+}
+
+func (b *builtinWatch) PostHook(context.Context, push.NotificationHandlerContext, string, []interface{}, error) {
+}
+
+func watchBuiltin(rdb *redis.Client) *builtinWatch {
+	w := &builtinWatch{}
+	if mgr := rdb.GetMaintNotificationsManager(); mgr != nil {
+		mgr.AddNotificationHook(w)
+	}
+	return w
+}
+
+// steadyMoving runs scenario 1 or 2 of the issue: 32 goroutines on a pool of
+// 16, as fast as they go, through a MOVING; it returns the load.
+func steadyMoving(t *testing.T, r route, mv func(e *env) mainttest.Moving) {
+	e := newEnv(t)
+	rdb, m, ev := e.client(r, e.options(16))
+	builtin := watchBuiltin(rdb)
+	require.NoError(t, rdb.Ping(context.Background()).Err())
+
+	l := startLoad(rdb, 32)
+	waitFor(t, "load on the old node", 10*time.Second, func() bool { return e.old.Stats().Served > 200 })
+	moving := mv(e)
+	start := time.Now()
+	e.old.Moving(moving)
+	end := e.waitEvent(e.old, mainttest.KindWindowEndClose, moving.Window+10*time.Second)
+	waitFor(t, "load on the new node", 10*time.Second, func() bool { return e.new.Stats().Served > 200 })
+	l.stop()
+
+	st := e.old.Stats()
+	t.Logf("%s: ok=%d failed=%d; old node last served at +%v, window end at +%v; closed at window end %d, replies owed %d; maint %+v",
+		r.name, l.ok.Load(), l.failed.Load(), st.LastServed.Sub(start).Round(time.Millisecond),
+		end.At.Sub(start).Round(time.Millisecond), st.ClosedAtWindowEnd, st.OwedAtClose, m.Stats())
+	t.Logf("events:\n%s", ev)
+	assert.Zero(t, l.failed.Load(), "failed commands: %v", l.errs)
+	assert.Zero(t, st.ClosedAtWindowEnd, "connections left on the old node for the server to close")
+	assert.Zero(t, st.OwedAtClose, "replies owed when the old node closed")
+	assert.True(t, st.LastServed.Before(end.At), "old node used until its close")
+	assert.Zero(t, builtin.seen.Load(), "go-redis's built-in handler saw a notification")
+	if mgr := rdb.GetMaintNotificationsManager(); mgr != nil {
+		assert.Zero(t, mgr.GetActiveOperationCount(), "go-redis's built-in handler started a handoff")
+	}
+	assert.NotZero(t, m.Stats().Handoffs)
+}
+
+func namedSuccessor(e *env) mainttest.Moving {
+	return mainttest.Moving{Window: 3 * time.Second, To: e.new, StopAccepting: true}
+}
+
+func nullDNSAt40(e *env) mainttest.Moving {
+	return mainttest.Moving{Window: 3 * time.Second, To: e.new, Null: true, StopAccepting: true,
+		DNSHost: host, DNSLag: 1200 * time.Millisecond}
+}
+
+// Scenarios 1, 2 and 7 of issue 3.
+func TestMovingUnderSteadyLoad(t *testing.T) {
+	for _, r := range routes {
+		t.Run(r.name+"/NamedSuccessor", func(t *testing.T) { steadyMoving(t, r, namedSuccessor) })
+		t.Run(r.name+"/NullEndpointDNSAt40", func(t *testing.T) { steadyMoving(t, r, nullDNSAt40) })
+	}
+}
+
+// Scenario 3: DNS moves only after the window's end, within the hold budget:
+// commands wait instead of failing on "connection refused".
+func TestNullEndpointDNSAfterWindowEnd(t *testing.T) {
+	e := newEnv(t)
+	rdb, m, ev := e.client(routes[0], e.options(16))
+	require.NoError(t, rdb.Ping(context.Background()).Err())
+	l := startLoad(rdb, 32)
+	waitFor(t, "load", 10*time.Second, func() bool { return e.old.Stats().Served > 200 })
+	window := 2 * time.Second
+	start := time.Now()
+	e.old.Moving(mainttest.Moving{Window: window, To: e.new, Null: true, StopAccepting: true,
+		DNSHost: host, DNSLag: window + 500*time.Millisecond})
+	e.waitEvent(e.old, mainttest.KindWindowEndClose, window+10*time.Second)
+	waitFor(t, "load on the new node", 15*time.Second, func() bool { return e.new.Stats().Served > 200 })
+	l.stop()
+	st := e.old.Stats()
+	t.Logf("ok=%d failed=%d held=%d; old last served +%v; closed at window end %d; events:\n%s",
+		l.ok.Load(), l.failed.Load(), m.Stats().Held, st.LastServed.Sub(start), st.ClosedAtWindowEnd, ev)
+	assert.Zero(t, l.failed.Load(), "failed: %v", l.errs)
+	assert.Zero(t, st.ClosedAtWindowEnd)
+	assert.NotZero(t, m.Stats().Held, "commands should have waited for DNS")
+	_, released := ev.first(maint.EventRelease)
+	assert.True(t, released)
+}
+
+// assertNoDoomedUse checks that no connection to addr dialled between since
+// and until (zero: no end) ever carried a byte.
+func assertNoDoomedUse(t *testing.T, d *dialLog, addr string, since, until time.Time) int {
+	t.Helper()
+	landed := 0
+	for _, c := range d.conns() {
+		if c.remote == addr && c.at.After(since) && (until.IsZero() || c.at.Before(until)) {
+			landed++
+			assert.Zero(t, c.written.Load(), "a connection that landed back on %s carried bytes", addr)
+		}
+	}
+	return landed
+}
+
+// Scenario 4a: a successor pin naming the retiring address is never used.
+func TestSuccessorNamingRetiringNodeIsNeverUsed(t *testing.T) {
+	e := newEnv(t)
+	opt := e.options(4)
+	opt.DialTimeout = 10 * time.Second
+	rdb, m, ev := e.client(routes[0], opt)
+	ctx := context.Background()
+	require.NoError(t, rdb.Ping(ctx).Err())
+	window := 2 * time.Second
+	e.old.Moving(mainttest.Moving{Window: window, To: e.old})
+	// Commands read the MOVING and retire the node; the connection that read
+	// it drains. The next command needs a new connection, and every dial lands
+	// on the retiring node until the window is over.
+	var retiredAt time.Time
+	waitFor(t, "retire", 5*time.Second, func() bool {
+		require.NoError(t, rdb.Ping(ctx).Err())
+		if ev, ok := ev.first(maint.EventRetire); ok {
+			retiredAt = ev.At
+			return true
+		}
+		return false
+	})
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	require.NoError(t, rdb.Set(cctx, "a", "b", 0).Err())
+	done, ok := ev.first(maint.EventHandoffDone)
+	require.True(t, ok)
+	landed := assertNoDoomedUse(t, e.dials, e.old.Addr(), retiredAt, done.At)
+	// The command went through only once the window was over, the pin expired
+	// and the (same) node was no longer being retired.
+	assert.NotZero(t, landed)
+	t.Logf("landed back %d times; doomed %d; events:\n%s", landed, m.Stats().Doomed, ev)
+	assert.NotZero(t, m.Stats().Doomed)
+}
+
+// Scenario 4b: stale DNS after the last call: a reconnect that lands back on
+// the retiring node is discarded, and the subscriber that needed it gets a
+// connection on the new node once DNS moves.
+func TestStaleDNSReconnectIsNeverUsed(t *testing.T) {
+	e := newEnv(t)
+	rdb, m, ev := e.client(routes[0], e.options(4))
+	ctx := context.Background()
+	require.NoError(t, rdb.Ping(ctx).Err())
+	window := 2 * time.Second
+	e.old.Moving(mainttest.Moving{Window: window, To: e.new, Null: true, DNSHost: host, DNSLag: window + 700*time.Millisecond})
+	// Light traffic reads the MOVING and keeps the client busy until the hold.
+	l := startLoad(rdb, 1)
+	var holdAt time.Time
+	waitFor(t, "hold", 10*time.Second, func() bool {
+		if ev, ok := ev.first(maint.EventHold); ok {
+			holdAt = ev.At
+			return true
+		}
+		return false
+	})
+	defer l.stop()
+	// A new subscriber dials now: DNS still names the retiring node.
+	ps := rdb.Subscribe(ctx, "news")
+	defer ps.Close()
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := ps.Receive(rctx)
+	require.NoError(t, err)
+	landed := assertNoDoomedUse(t, e.dials, e.old.Addr(), holdAt, time.Time{})
+	t.Logf("landed back %d times; maint %+v; events:\n%s", landed, m.Stats(), ev)
+	assert.NotZero(t, landed, "the test should have made a dial land on the retiring node")
+	assert.NotZero(t, m.Stats().Doomed)
+}
+
+// Scenario 5: a mostly idle pool: every idle connection to the old node is
+// retired before the window's end, including ones that never carried a
+// command (MinIdleConns) and so never opted in.
+func TestIdlePoolRetiredBeforeWindowEnd(t *testing.T) {
+	for _, r := range routes {
+		t.Run(r.name, func(t *testing.T) {
+			e := newEnv(t)
+			opt := e.options(16)
+			opt.MinIdleConns = 16
+			rdb, m, ev := e.client(r, opt)
+			require.NoError(t, rdb.Ping(context.Background()).Err())
+			waitFor(t, "idle connections", 10*time.Second, func() bool { return e.dials.openTo(e.old.Addr()) >= 16 })
+			l := startLoad(rdb, 1)
+			waitFor(t, "load", 10*time.Second, func() bool { return e.old.Stats().Served > 50 })
+			window := 3 * time.Second
+			e.old.Moving(mainttest.Moving{Window: window, To: e.new})
+			end := e.waitEvent(e.old, mainttest.KindWindowEndClose, window+10*time.Second)
+			l.stop()
+			st := e.old.Stats()
+			t.Logf("ok=%d failed=%d closed at window end %d; maint %+v; events:\n%s", l.ok.Load(), l.failed.Load(), st.ClosedAtWindowEnd, m.Stats(), ev)
+			assert.Zero(t, st.ClosedAtWindowEnd, "connections left for the server to close")
+			for _, c := range e.dials.conns() {
+				if c.remote == e.old.Addr() {
+					closed := c.closed.Load()
+					assert.True(t, closed != 0 && closed < end.At.UnixNano(), "connection to the old node not closed before the window's end")
+				}
+			}
+			assert.Zero(t, l.failed.Load(), "failed: %v", l.errs)
+		})
+	}
+}
+
+// Scenario 6a: a subscriber keeps receiving after the handoff.
+func TestSubscriberMovesAndKeepsReceiving(t *testing.T) {
+	e := newEnv(t)
+	rdb, _, ev := e.client(routes[0], e.options(4))
+	ctx := context.Background()
+	ps := rdb.Subscribe(ctx, "news")
+	defer ps.Close()
+	_, err := ps.Receive(ctx)
+	require.NoError(t, err)
+	ch := ps.Channel()
+
+	// Publish through a plain client on the new node: what is published there
+	// reaches only subscribers that moved (one backend, so also the old).
+	pub := redis.NewClient(&redis.Options{Addr: e.new.Addr(), Protocol: 3})
+	defer pub.Close()
+	window := 2 * time.Second
+	e.old.Moving(mainttest.Moving{Window: window, To: e.new, StopAccepting: true})
+	e.waitEvent(e.old, mainttest.KindWindowEndClose, window+10*time.Second)
+	// After the old node closed, messages published now must still arrive.
+	deadline := time.After(10 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case msg := <-ch:
+			require.Equal(t, "after", msg.Payload)
+			t.Logf("events:\n%s", ev)
+			return
+		case <-tick.C:
+			require.NoError(t, pub.Publish(ctx, "news", "after").Err())
+		case <-deadline:
+			t.Fatalf("no message after the handoff; events:\n%s", ev)
+		}
+	}
+}
+
+// Scenario 6b: a pipeline and a MULTI/EXEC in flight at the MOVING complete,
+// on the old node.
+func TestPipelineAndTransactionInFlightComplete(t *testing.T) {
+	e := newEnv(t)
+	rdb, _, ev := e.client(routes[0], e.options(4))
+	ctx := context.Background()
+	require.NoError(t, rdb.Ping(ctx).Err())
+	e.old.SetCommandLatency("ECHO", 700*time.Millisecond)
+	e.old.SetCommandLatency("EXEC", 700*time.Millisecond)
+
+	type result struct {
+		cmds []redis.Cmder
+		err  error
+	}
+	pipe := make(chan result, 1)
+	tx := make(chan result, 1)
+	go func() {
+		cmds, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, "p", "1", 0)
+			p.Echo(ctx, "slow")
+			p.Get(ctx, "p")
+			return nil
+		})
+		pipe <- result{cmds, err}
+	}()
+	go func() {
+		cmds, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, "t", "1", 0)
+			p.Incr(ctx, "t")
+			return nil
+		})
+		tx <- result{cmds, err}
+	}()
+	waitFor(t, "both in flight", 5*time.Second, func() bool { return e.old.Stats().Served >= 3 })
+	e.old.Moving(mainttest.Moving{Window: 2 * time.Second, To: e.new})
+	p := <-pipe
+	require.NoError(t, p.err, "events:\n%s", ev)
+	assert.Equal(t, "slow", p.cmds[1].(*redis.StringCmd).Val())
+	assert.Equal(t, "1", p.cmds[2].(*redis.StringCmd).Val())
+	x := <-tx
+	require.NoError(t, x.err)
+	assert.Equal(t, int64(2), x.cmds[1].(*redis.IntCmd).Val())
+}
+
+// The built-in handler, left in auto mode on a default client, never acts:
+// maint strips the notifications it would read.
+func TestBuiltinHandlerSeesNothing(t *testing.T) {
+	e := newEnv(t)
+	opt := e.options(4)
+	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeEnabled}
+	rdb, _, _ := e.client(routes[0], opt)
+	w := watchBuiltin(rdb)
+	ctx := context.Background()
+	require.NoError(t, rdb.Ping(ctx).Err())
+	seq := e.old.Migrating(0, "[\"1\"]")
+	_ = seq
+	for i := 0; i < 20; i++ {
+		require.NoError(t, rdb.Ping(ctx).Err())
+	}
+	e.old.Migrated("[\"1\"]")
+	for i := 0; i < 20; i++ {
+		require.NoError(t, rdb.Ping(ctx).Err())
+	}
+	assert.Zero(t, w.seen.Load())
+}
