@@ -11,12 +11,18 @@ import (
 	"time"
 
 	"github.com/maintkit/maint/internal/resp"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
+	redis.SetLogger(quietLogger{}) // go-redis logs every handoff
 	goleak.VerifyTestMain(m)
 }
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...interface{}) {}
 
 // newEmu starts an Emulator closed at the end of the test.
 func newEmu(t *testing.T, cfg Config) *Emulator {
