@@ -97,8 +97,18 @@ func verifySuccessor(ctx context.Context, raw net.Conn, original string) error {
 }
 
 // Connection states.
+//
+//	active ──retire──▶ retired ──drain cap──▶ closed
+//	   │                  ▲
+//	   └──fence──▶ fenced ┘ (a replacement appears)
+//
+// A fenced connection belongs to a node whose window is ending with no
+// replacement to be had: new commands are held before they reach the pool,
+// and the few already past the hold may still use it until the drain cap. A
+// retired connection is refused to the pool at once.
 const (
 	stateActive uint32 = iota
+	stateFenced
 	stateRetired
 	stateClosed
 )
@@ -128,7 +138,9 @@ type conn struct {
 	// the check peeks with no deadline and a stripped notification would
 	// otherwise leave it waiting for bytes that never come.
 	checking atomic.Bool
-	lastUse  atomic.Int64 // unix nanoseconds of the last write
+	// The deadlines go-redis asked for (unix nanoseconds, 0 for none), kept so
+	// that relaxation starting mid-read can extend a deadline already set.
+	readDL, writeDL atomic.Int64
 
 	rd resp.Stripper
 	wr resp.CmdScanner
@@ -245,9 +257,20 @@ func (c *conn) closeWith(why error) bool {
 	return closed
 }
 
-// retire takes the connection out of circulation; it reports whether this
-// call did.
-func (c *conn) retire() bool { return c.state.CompareAndSwap(stateActive, stateRetired) }
+// retire takes the connection out of circulation (refuse) or fences it; it
+// reports whether this call changed its state.
+func (c *conn) retire(refuse bool) bool {
+	if !refuse {
+		return c.state.CompareAndSwap(stateActive, stateFenced)
+	}
+	return c.state.CompareAndSwap(stateActive, stateRetired) || c.state.CompareAndSwap(stateFenced, stateRetired)
+}
+
+// draining reports whether the connection is fenced or retired.
+func (c *conn) draining() bool {
+	s := c.state.Load()
+	return s == stateFenced || s == stateRetired
+}
 
 // LocalAddr returns the local address.
 func (c *conn) LocalAddr() net.Addr { return c.raw.LocalAddr() }
@@ -258,19 +281,42 @@ func (c *conn) RemoteAddr() net.Addr { return c.raw.RemoteAddr() }
 // SetDeadline sets both deadlines, relaxed where maintenance requires it.
 func (c *conn) SetDeadline(t time.Time) error {
 	c.checking.Store(false)
+	ns := unixNano(t)
+	c.readDL.Store(ns)
+	c.writeDL.Store(ns)
 	return c.raw.SetDeadline(c.floor(t))
 }
 
 // SetReadDeadline sets the read deadline, relaxed where maintenance requires it.
 func (c *conn) SetReadDeadline(t time.Time) error {
 	c.checking.Store(false)
+	c.readDL.Store(unixNano(t))
 	return c.raw.SetReadDeadline(c.floor(t))
 }
 
 // SetWriteDeadline sets the write deadline, relaxed where maintenance requires it.
 func (c *conn) SetWriteDeadline(t time.Time) error {
 	c.checking.Store(false)
+	c.writeDL.Store(unixNano(t))
 	return c.raw.SetWriteDeadline(c.floor(t))
+}
+
+// refloor re-applies the floor to the deadlines already set: relaxation that
+// starts while a command waits for its reply covers that command too.
+func (c *conn) refloor() {
+	if ns := c.readDL.Load(); ns != 0 {
+		_ = c.raw.SetReadDeadline(c.floor(time.Unix(0, ns)))
+	}
+	if ns := c.writeDL.Load(); ns != 0 {
+		_ = c.raw.SetWriteDeadline(c.floor(time.Unix(0, ns)))
+	}
+}
+
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
 }
 
 // SyscallConn serves go-redis's idle health check. A retired or closed
@@ -279,7 +325,7 @@ func (c *conn) SetWriteDeadline(t time.Time) error {
 // peeked, it answers "healthy and idle", so TLS clients get the retirement
 // check too.
 func (c *conn) SyscallConn() (syscall.RawConn, error) {
-	if c.state.Load() != stateActive {
+	if s := c.state.Load(); s != stateActive && s != stateFenced {
 		return nil, ErrRetired
 	}
 	c.checking.Store(true)

@@ -297,7 +297,9 @@ func (r *run) apply(act handoff.Action) {
 	}
 	m := r.m
 	if act.Has(handoff.Retire) {
-		n := m.retire(r.n)
+		// Without a replacement (the hold) the old connections are fenced:
+		// still usable by the commands already past the hold, until the cap.
+		n := m.retire(r.n, !act.Has(handoff.Hold))
 		_, capAt := r.h.Retired()
 		m.emit(Event{Kind: EventRetire, Node: r.n.key, Seq: r.seq, Count: n,
 			Detail: fmt.Sprintf("drain cap in %v", time.Until(capAt).Round(time.Millisecond))})
@@ -309,6 +311,9 @@ func (r *run) apply(act handoff.Action) {
 		m.emit(Event{Kind: EventHold, Node: r.n.key, Seq: r.seq})
 	}
 	if h := r.hold.Load(); act.Has(handoff.Release) && h != nil {
+		if !act.Has(handoff.Finish) {
+			m.retire(r.n, true) // a replacement can be had: refuse what is left
+		}
 		m.hold.CompareAndSwap(h, nil)
 		h.release()
 		m.emit(Event{Kind: EventRelease, Node: r.n.key, Seq: r.seq})

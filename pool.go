@@ -111,30 +111,34 @@ func (n *node) snapshot() []*conn {
 	return cs
 }
 
-// retire takes every connection now open to n out of circulation. A
-// subscriber is closed at once: it has nothing in flight, and go-redis
-// reconnects and resubscribes it (on the replacement). The others drain: the
-// pool's health check refuses them, and commands already written finish.
-func (m *Maint) retire(n *node) int {
+// retire takes every connection now open to n out of circulation (refuse)
+// or fences it (see the connection states). A retired subscriber is closed at
+// once: it has nothing in flight, and go-redis reconnects and resubscribes it
+// on the replacement. The others drain: the pool's health check refuses them,
+// and commands already written finish.
+func (m *Maint) retire(n *node, refuse bool) int {
 	count := 0
 	for _, c := range n.snapshot() {
-		if !c.retire() {
+		if !c.retire(refuse) {
 			continue
 		}
 		count++
-		if c.sub.Load() {
+		c.refloor()
+		if refuse && c.sub.Load() {
 			c.closeWith(ErrRetired)
 		}
 	}
-	m.c.retired.Add(uint64(count))
+	if refuse {
+		m.c.retired.Add(uint64(count))
+	}
 	return count
 }
 
-// closeRetired closes the retired connections still open to n: the drain cap
+// closeRetired closes the draining connections still open to n: the drain cap
 // has passed. It returns how many it closed and the replies they still owed.
 func (m *Maint) closeRetired(n *node) (closed int, owed int64) {
 	for _, c := range n.snapshot() {
-		if c.state.Load() != stateRetired {
+		if !c.draining() {
 			continue
 		}
 		if o := c.owed.Load(); o > 0 && !c.sub.Load() {

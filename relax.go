@@ -23,6 +23,9 @@ func (m *Maint) relax(n *node, seq int64) {
 	}
 	until := time.Now().Add(m.s.relaxCap)
 	n.relaxUntil.Store(until.UnixNano())
+	for _, c := range n.snapshot() {
+		c.refloor()
+	}
 	m.c.relaxations.Add(1)
 	m.emit(Event{Kind: EventRelax, Node: n.key, Seq: seq,
 		Detail: fmt.Sprintf("floor %v, cap %v", m.s.relaxed, m.s.relaxCap)})
@@ -64,7 +67,7 @@ func (c *conn) floor(t time.Time) time.Time {
 	if t.IsZero() {
 		return t
 	}
-	relax := c.state.Load() == stateRetired // a drain is not cut short by a timeout meant for a healthy server
+	relax := c.draining() // a drain is not cut short by a timeout meant for a healthy server
 	if u := c.n.relaxUntil.Load(); u != 0 {
 		if time.Now().UnixNano() < u {
 			relax = true
