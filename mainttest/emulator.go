@@ -181,22 +181,21 @@ func (e *Emulator) goLocked(fn func()) {
 // etimer is a timer owned by the Emulator: Close stops it, and its callback
 // never runs after Close started.
 type etimer struct {
-	t       *time.Timer
-	stopped bool
+	t *time.Timer
 }
 
-// schedule runs fn after d on an Emulator-owned goroutine. It returns nil
-// when the Emulator is closed.
-func (e *Emulator) schedule(d time.Duration, fn func()) *etimer {
+// schedule runs fn after d on an Emulator-owned goroutine, unless the
+// Emulator is closed first.
+func (e *Emulator) schedule(d time.Duration, fn func()) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
-		return nil
+		return
 	}
 	tm := &etimer{}
 	tm.t = time.AfterFunc(d, func() {
 		e.mu.Lock()
-		if e.closed || tm.stopped {
+		if e.closed {
 			e.mu.Unlock()
 			return
 		}
@@ -207,20 +206,4 @@ func (e *Emulator) schedule(d time.Duration, fn func()) *etimer {
 		fn()
 	})
 	e.timers[tm] = struct{}{}
-	return tm
-}
-
-// cancel stops a timer from schedule; it reports whether fn was prevented
-// from running. A nil timer is ignored.
-func (e *Emulator) cancel(tm *etimer) bool {
-	if tm == nil {
-		return false
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	_, pending := e.timers[tm]
-	tm.stopped = true
-	tm.t.Stop()
-	delete(e.timers, tm)
-	return pending
 }

@@ -24,7 +24,6 @@ type Endpoint struct {
 	mu          sync.Mutex // guards everything below
 	ln          net.Listener
 	refusing    bool
-	shut        bool
 	conns       map[*conn]struct{}
 	stats       Stats
 	firstServed bool
@@ -44,15 +43,13 @@ type Endpoint struct {
 type maintOp struct {
 	seq     int64
 	started bool // its "starts in" elapsed: maint latency applies
-	timer   *etimer
 }
 
 // movingOp is the MOVING whose window is open on an endpoint.
 type movingOp struct {
-	seq   int64
-	m     Moving
-	end   time.Time // the window's end (without CloseJitter)
-	timer *etimer
+	seq int64
+	m   Moving
+	end time.Time // the window's end (without CloseJitter)
 }
 
 // Stats is a snapshot of an endpoint's counters, for assertions.
@@ -310,7 +307,6 @@ func (ep *Endpoint) closeConns(reason string) (n int, owed int64) {
 // shutdown is the endpoint's part of Emulator.Close.
 func (ep *Endpoint) shutdown() {
 	ep.mu.Lock()
-	ep.shut = true
 	if ep.ln != nil {
 		_ = ep.ln.Close()
 		ep.ln = nil

@@ -1,0 +1,104 @@
+// Package mainttest is an in-process Redis Enterprise maintenance emulator for
+// tests, in the spirit of net/http/httptest. It lets any Redis client (maint,
+// go-redis's built-in handler, a client with no handler at all) live through
+// the maintenance push notifications MOVING, MIGRATING, MIGRATED,
+// FAILING_OVER, FAILED_OVER, SMIGRATING and SMIGRATED with the timings real
+// servers show (docs/protocol.md, section 3).
+//
+// # Model
+//
+// An Emulator owns one backend, an embedded miniredis by default
+// (Config.Backend names any Redis server instead), and any number of
+// endpoints. An Endpoint is a RESP proxy listening on a loopback address
+// and relaying to the backend; it stands for the proxy of one Redis
+// Enterprise node. Several endpoints front the same data, so an endpoint
+// move can change the IP, the port or both: on Linux all of 127.0.0.0/8 is
+// loopback, and an old node on 127.0.0.2:P with a new one on 127.0.0.3:P is
+// a realistic rebind.
+//
+// Each client connection gets its own backend connection (so MULTI, WATCH,
+// SELECT and SUBSCRIBE state is per connection, as on a real server) and four
+// goroutines: one reads the client's commands, one relays them to the
+// backend, one frames the backend's replies and one, the only writer to the
+// client, puts replies and injected pushes on the wire. Pushes therefore land
+// only between whole frames, never inside a reply; one may land between the
+// replies of a pipeline. An ordered queue of owed replies keeps intercepted
+// replies in their place among relayed ones. Backend pushes (RESP3 pub/sub,
+// invalidations) are relayed as they come; RESP2 pub/sub messages are
+// relayed as unsolicited frames.
+//
+// # Handshake
+//
+// CLIENT MAINT_NOTIFICATIONS ON [moving-endpoint-type T] and OFF, in any
+// case, are answered by the endpoint itself (+OK, in order with the other
+// replies) and never forwarded. T is one of internal-ip, internal-fqdn,
+// external-ip, external-fqdn or none; a bare ON is treated as an IP type.
+// Anything else gets -ERR. With Config.Unsupported the endpoint answers
+// like a server without support:
+//
+//	-ERR unknown subcommand 'maint_notifications'. Try CLIENT HELP.
+//
+// with the subcommand echoed as sent, and records nothing. HELLO is
+// forwarded and tracked: only connections that are both opted in and on
+// RESP3 receive pushes. A RESP2 connection may opt in (it is answered +OK
+// and counted in Stats.OptedIn) but never receives a push. HELLO without a
+// version leaves the protocol unchanged, as on Redis; a failed HELLO 3 too.
+//
+// # Events
+//
+// Endpoint methods inject events into that endpoint's opted-in RESP3
+// connections, each connection getting its own copy with the same seq. Seq
+// ids come from one counter per Emulator, shared by all types and
+// endpoints; a completion gets its own id. Every method returns at once;
+// whatever follows runs on timers the Emulator owns.
+//
+//   - Moving: MOVING with a grace window and a named successor or a null
+//     endpoint. The endpoint string follows each connection's requested
+//     type (To's IP:port, or To's FQDN:port, see SetFQDN; null for none).
+//     Connections opting in during the window get MOVING with the whole
+//     seconds left. At Window+CloseJitter every connection still on the old
+//     endpoint is closed; with StopAccepting the old endpoint's listener is
+//     closed at that moment, just before the connections, so clients
+//     reconnecting on the close get "connection refused". Moving.DNSHost schedules the DNS change that real
+//     deployments show trailing the MOVING by seconds, before or after the
+//     window's end.
+//   - Migrating/Migrated and FailingOver/FailedOver, in their full wire form
+//     (seq, starts-in seconds, shards). From the "starts in" until the
+//     completion, SetMaintLatency's latency applies to every command. The
+//     latest completion is replayed to each newly opted-in connection right
+//     after its +OK, as real servers do for hours.
+//   - SMigrating/SMigrated for cluster tests; SendRaw for malformed input.
+//
+// Durations are sent as whole seconds rounded up (a positive MOVING window
+// is at least 1 s); the emulator itself acts at the exact durations, so
+// sub-second windows work in tests.
+//
+// # DNS
+//
+// DNS is a resolver the Emulator controls. Emulator.Dialer returns a dial
+// function for redis.Options.Dialer that resolves host names through it
+// (and dials anything else as given), so every client using it sees the
+// same answers, including a change scheduled with DNS.SetAfter.
+//
+// # Faults and timing knobs
+//
+// Endpoint.SetLatency (every command), SetCommandLatency (one command name)
+// and SetMaintLatency (during maintenance) add up and delay each command
+// before it is relayed, so a client sees slow replies and a pipeline sees
+// the delay per command. RefuseNew closes and reopens the listener on the
+// same address; CloseAll closes every connection now. Moving.Window,
+// CloseJitter and DNSLag and the starts-in of MIGRATING and FAILING_OVER set
+// the rest of the timeline.
+//
+// # Evidence
+//
+// Endpoint.Stats counts connections (open, opened, opted in, closed at a
+// window's end), requests served, replies pending now and replies still
+// owed when the Emulator closed a connection: the commands a client lost.
+// Emulator.Events is a timestamped log of everything above, with stable
+// Kind names; WaitEvent lets a test block until an event happened instead
+// of sleeping.
+//
+// Emulator.Close closes every endpoint and connection and stops every
+// goroutine and timer the Emulator started; it is safe to call twice.
+package mainttest

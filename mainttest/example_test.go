@@ -1,0 +1,75 @@
+package mainttest_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/maintkit/maint/mainttest"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// Example moves a go-redis client, using its built-in maintenance handler,
+// from one endpoint to its successor with a MOVING.
+func Example() {
+	emu, err := mainttest.New(mainttest.Config{}) // embedded miniredis backend
+	if err != nil {
+		panic(err)
+	}
+	defer emu.Close()
+
+	// The old and the new node: same port, different loopback IPs.
+	old, err := emu.AddEndpoint("127.0.0.2:0")
+	if err != nil {
+		panic(err)
+	}
+	successor, err := emu.AddEndpoint("127.0.0.3:" + old.Port())
+	if err != nil { // port taken on 127.0.0.3: any port will do
+		if successor, err = emu.AddEndpoint("127.0.0.3:0"); err != nil {
+			panic(err)
+		}
+	}
+
+	client := redis.NewClient(&redis.Options{
+		Addr:     old.Addr(),
+		Protocol: 3,
+		Dialer:   emu.Dialer(),
+		MaintNotificationsConfig: &maintnotifications.Config{
+			Mode:         maintnotifications.ModeEnabled,
+			EndpointType: maintnotifications.EndpointTypeInternalIP,
+		},
+	})
+	defer client.Close()
+	ctx := context.Background()
+
+	client.Set(ctx, "greeting", "hello", 0)
+	fmt.Println("GET greeting:", client.Get(ctx, "greeting").Val())
+
+	// A one-second window; the emulator closes what is left on the old
+	// endpoint when it ends.
+	seq := old.Moving(mainttest.Moving{Window: time.Second, To: successor})
+	fmt.Println("MOVING seq:", seq)
+
+	// go-redis reads the push with its next reply and hands the connection
+	// over to the successor.
+	deadline := time.Now().Add(10 * time.Second)
+	for successor.Stats().Served == 0 && time.Now().Before(deadline) {
+		client.Get(ctx, "greeting")
+	}
+	fmt.Println("successor serving:", successor.Stats().Served > 0)
+
+	ev, err := emu.WaitEvent(ctx, mainttest.IsKind(old, mainttest.KindWindowEndClose))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("old endpoint:", ev.Kind)
+	fmt.Println("GET after the window:", client.Get(ctx, "greeting").Val())
+
+	// Output:
+	// GET greeting: hello
+	// MOVING seq: 1
+	// successor serving: true
+	// old endpoint: window_end_close
+	// GET after the window: hello
+}
