@@ -159,14 +159,14 @@ func (m *Maint) wrap(t *target, raw net.Conn, remote string) *conn {
 	if key == "" {
 		key = "?" + t.addr
 	}
-	c := &conn{raw: raw, m: m, t: t, n: m.node(key), id: m.nextID.Add(1), remote: remote}
+	c := &conn{raw: raw, m: m, t: t, id: m.nextID.Add(1), remote: remote}
 	c.rd.Strip = isMaintenance
 	c.rd.OnStripped = c.onNotification
 	c.rd.OnReply = c.onReply
 	c.rd.OnMalformed = c.onMalformedReply
 	c.wr.OnCommand = c.onCommand
 	c.wr.OnMalformed = c.onMalformedCommand
-	c.n.add(c)
+	m.register(c, key)
 	return c
 }
 
@@ -221,6 +221,9 @@ func (c *conn) readErr(err error) error {
 	if why := c.closeErr.Load(); why != nil {
 		return fmt.Errorf("%w (%w)", *why, err)
 	}
+	if ne, ok := err.(net.Error); ok && ne.Timeout() && (c.draining() || c.n.relaxing()) {
+		return &TimeoutError{Node: c.n.key, Relaxed: c.m.s.relaxed, Err: err}
+	}
 	return err
 }
 
@@ -237,7 +240,7 @@ func (c *conn) Close() error {
 	var err error
 	c.closeOnce.Do(func() {
 		c.state.Store(stateClosed)
-		c.n.remove(c)
+		c.m.unregister(c)
 		err = c.raw.Close()
 	})
 	return err
@@ -251,7 +254,7 @@ func (c *conn) closeWith(why error) bool {
 	c.closeOnce.Do(func() {
 		closed = true
 		c.state.Store(stateClosed)
-		c.n.remove(c)
+		c.m.unregister(c)
 		_ = c.raw.Close()
 	})
 	return closed

@@ -1,6 +1,11 @@
 package maint
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+)
 
 // ErrRetired is returned by a connection that a handoff took out of
 // circulation: go-redis's pool health check receives it and dials a
@@ -25,3 +30,33 @@ var ErrHeld = errors.New("maint: command held for a replacement connection")
 // doomed landing) that Close interrupted. After Close a Maint steps aside:
 // dials and commands go through as if it were not installed.
 var ErrClosed = errors.New("maint: closed")
+
+// TimeoutError is the error of a read or write that timed out on a
+// connection under maintenance (its node relaxed, or the connection being
+// drained): it names the maintenance, so that a timeout a user sees during
+// a migration says so. It is a net.Error whose Timeout is true, as the error
+// it wraps, so go-redis treats it exactly as that error.
+type TimeoutError struct {
+	Node    string        // the node under maintenance
+	Relaxed time.Duration // the floor in force; negative when relaxation is off
+	Err     error         // the underlying timeout
+}
+
+// Error describes the timeout and the maintenance it happened under.
+func (e *TimeoutError) Error() string {
+	if e.Relaxed < 0 {
+		return fmt.Sprintf("maint: i/o timeout on %s during maintenance (relaxation off): %v", e.Node, e.Err)
+	}
+	return fmt.Sprintf("maint: i/o timeout on %s during maintenance (deadline relaxed to at least %v): %v", e.Node, e.Relaxed, e.Err)
+}
+
+// Timeout reports true: this is a timeout.
+func (e *TimeoutError) Timeout() bool { return true }
+
+// Temporary reports true, as net timeouts do.
+func (e *TimeoutError) Temporary() bool { return true }
+
+// Unwrap returns the underlying timeout.
+func (e *TimeoutError) Unwrap() error { return e.Err }
+
+var _ net.Error = (*TimeoutError)(nil)

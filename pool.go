@@ -77,7 +77,9 @@ func (m *Maint) target(addr string) *target {
 	return t
 }
 
-func (m *Maint) node(key string) *node {
+// register adds c to the node of its remote address, creating the node on
+// first sight. Lock order: m.mu, then n.mu.
+func (m *Maint) register(c *conn, key string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	n := m.nodes[key]
@@ -85,19 +87,31 @@ func (m *Maint) node(key string) *node {
 		n = &node{key: key, conns: make(map[*conn]struct{})}
 		m.nodes[key] = n
 	}
-	return n
-}
-
-func (n *node) add(c *conn) {
 	n.mu.Lock()
 	n.conns[c] = struct{}{}
 	n.mu.Unlock()
+	c.n = n
 }
 
-func (n *node) remove(c *conn) {
+// unregister removes c from its node, and forgets a node left with no
+// connection and nothing in progress, so that the registry does not grow
+// with every address a client ever reached.
+func (m *Maint) unregister(c *conn) {
+	n := c.n
 	n.mu.Lock()
 	delete(n.conns, c)
+	empty := len(n.conns) == 0
 	n.mu.Unlock()
+	if !empty {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.conns) == 0 && n.run.Load() == nil && !n.relaxing() && m.nodes[n.key] == n {
+		delete(m.nodes, n.key)
+	}
 }
 
 // snapshot returns the node's connections.

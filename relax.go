@@ -83,3 +83,9 @@ func (c *conn) floor(t time.Time) time.Time {
 	}
 	return t
 }
+
+// relaxing reports whether n's timeouts are relaxed now.
+func (n *node) relaxing() bool {
+	u := n.relaxUntil.Load()
+	return u != 0 && time.Now().UnixNano() < u
+}

@@ -216,3 +216,33 @@ func TestShortTimeoutsRelaxationOffKeepsHeldWork(t *testing.T) {
 	assert.Zero(t, l.failed.Load(), "failed: %v; events:\n%s", l.errs, ev)
 	assert.NotZero(t, m.Stats().Held)
 }
+
+// Issue 5, the docs' claim: with MaxRetries left at its default, go-redis
+// retries a blocking command failed at the drain cap (the closed connection is
+// a net.Error that is not a timeout), on a new connection: the replacement.
+func TestBlockingCommandPastTheCapIsRetriedByDefault(t *testing.T) {
+	e := newEnv(t)
+	ev := &eventLog{}
+	m := newMaint(t, ev)
+	rdb := redis.NewClient(&redis.Options{Addr: e.old.Addr(), Protocol: 3, PoolSize: 2})
+	rdb.AddHook(m)
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	require.NoError(t, rdb.Ping(ctx).Err())
+	res := make(chan []string, 1)
+	go func() { res <- rdb.BLPop(ctx, 0, "later").Val() }()
+	waitFor(t, "BLPOP in flight", 5*time.Second, func() bool { return e.old.Stats().Pending >= 1 })
+	e.old.Moving(mainttest.Moving{Window: 4 * time.Second, To: e.new})
+	require.NoError(t, rdb.Ping(ctx).Err()) // reads the MOVING
+	waitFor(t, "the drain cap", 10*time.Second, func() bool { _, ok := ev.first(maint.EventDrainCap); return ok })
+	waitFor(t, "the retried BLPOP on the replacement", 5*time.Second, func() bool { return e.new.Stats().Pending >= 1 })
+	pusher := redis.NewClient(&redis.Options{Addr: e.new.Addr()})
+	defer pusher.Close()
+	require.NoError(t, pusher.RPush(ctx, "later", "v").Err())
+	select {
+	case v := <-res:
+		assert.Equal(t, []string{"later", "v"}, v)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the retried BLPOP never returned")
+	}
+}
