@@ -106,23 +106,24 @@ func readErr(err error, started bool) error {
 }
 
 // readLineRest appends the rest of a line (after its type byte) up to and
-// including the LF to dst, and checks that it ends in CRLF and contains no
-// other CR. It returns dst and the body (between type byte and CR).
-func readLineRest(r *bufio.Reader, dst []byte) ([]byte, []byte, error) {
+// including the LF to dst, and checks that it ends in CRLF, contains no
+// other CR and has a body of at most max bytes. It returns dst and the body
+// (between type byte and CR).
+func readLineRest(r *bufio.Reader, dst []byte, max int) ([]byte, []byte, error) {
 	start := len(dst)
 	for {
 		chunk, err := r.ReadSlice('\n')
 		dst = append(dst, chunk...)
+		if len(dst)-start > max+2 {
+			// Too long whatever follows: fail now rather than buffer on.
+			return dst, nil, malformed("line longer than %d bytes", max)
+		}
 		if err == nil {
 			break
 		}
-		if err == bufio.ErrBufferFull {
-			if len(dst)-start > MaxBulkLen+2 {
-				return dst, nil, malformed("line longer than %d bytes", MaxBulkLen)
-			}
-			continue
+		if err != bufio.ErrBufferFull {
+			return dst, nil, readErr(err, true)
 		}
-		return dst, nil, readErr(err, true)
 	}
 	rest := dst[start:]
 	if len(rest) < 2 || rest[len(rest)-2] != '\r' {
@@ -132,8 +133,8 @@ func readLineRest(r *bufio.Reader, dst []byte) ([]byte, []byte, error) {
 	if bytes.IndexByte(body, '\r') >= 0 {
 		return dst, nil, malformed("CR inside a line")
 	}
-	if len(body) > MaxBulkLen {
-		return dst, nil, malformed("line longer than %d bytes", MaxBulkLen)
+	if len(body) > max {
+		return dst, nil, malformed("line longer than %d bytes", max)
 	}
 	return dst, body, nil
 }
@@ -176,8 +177,12 @@ func ReadFrame(r *bufio.Reader, dst []byte) ([]byte, error) {
 		if cl == clInvalid {
 			return dst, errBadType(t)
 		}
+		maxLine := MaxBulkLen
+		if cl != clLine {
+			maxLine = maxLenDigits
+		}
 		var body []byte
-		dst, body, err = readLineRest(r, dst)
+		dst, body, err = readLineRest(r, dst, maxLine)
 		if err != nil {
 			return dst, err
 		}

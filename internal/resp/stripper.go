@@ -316,9 +316,43 @@ func (s *Stripper) scan(buf []byte) int {
 			}
 			s.typ = c
 			s.num = 0
-			switch typeClass[c] {
-			case clInvalid:
+			cl := typeClass[c]
+			if cl == clInvalid {
 				return s.fail(buf, errBadType(c))
+			}
+			if s.push != pushPending {
+				// Fast path: the value's whole first line is in buf.
+				if cr := lineEnd(buf, i+1, cl); cr >= 0 {
+					body := buf[i+1 : cr]
+					i = cr + 2
+					if cl == clLine {
+						if len(body) > MaxBulkLen {
+							return s.fail(buf, malformed("line longer than %d bytes", MaxBulkLen))
+						}
+						s.done(buf, i, false)
+						continue
+					}
+					n, err := parseLen(c, body)
+					if err != nil {
+						return s.fail(buf, err)
+					}
+					if cl == clBlob && n >= 0 && i+int(n)+2 <= len(buf) {
+						// The whole blob is in buf too.
+						i += int(n) + 2
+						if buf[i-2] != '\r' || buf[i-1] != '\n' {
+							return s.fail(buf, malformed("blob not followed by CRLF"))
+						}
+						s.done(buf, i, false)
+						continue
+					}
+					s.neg, s.num = n < 0, max(n, 0)
+					if err := s.header(buf, i); err != nil {
+						return s.fail(buf, err)
+					}
+					continue
+				}
+			}
+			switch cl {
 			case clLine:
 				s.st = stLine
 			default:
@@ -386,42 +420,9 @@ func (s *Stripper) scan(buf []byte) int {
 			case lfBlob:
 				s.done(buf, i, false)
 			case lfHeader:
-				if typeClass[s.typ] == clBlob {
-					if s.push == pushPending && s.depth == 1 {
-						if s.neg || s.num > maxNameLen {
-							s.push = pushPass
-						} else {
-							s.nameAt, s.nameLen = i, int(s.num)
-						}
-					}
-					if s.neg {
-						s.done(buf, i, false)
-					} else if s.num == 0 {
-						s.st = stBlobCR
-					} else {
-						s.st = stBlob
-					}
-					break
+				if err := s.header(buf, i); err != nil {
+					return s.fail(buf, err)
 				}
-				n := s.num
-				if typeClass[s.typ] == clMap {
-					n *= 2
-				}
-				if s.neg || n == 0 {
-					s.done(buf, i, s.typ == '|')
-					break
-				}
-				if s.depth == MaxDepth {
-					return s.fail(buf, malformed("aggregates nested deeper than %d", MaxDepth))
-				}
-				s.left[s.depth] = n
-				if s.typ == '|' {
-					s.attr |= 1 << s.depth
-				} else {
-					s.attr &^= 1 << s.depth
-				}
-				s.depth++
-				s.st = stType
 			}
 
 		case stBlob:
@@ -468,27 +469,84 @@ func (s *Stripper) scan(buf []byte) int {
 	return s.w
 }
 
+// lineEnd returns the offset of the CR that ends the line whose body starts
+// at buf[from], if the body and its CRLF are in buf, hold no other CR or
+// LF, and (for a header of class cl) are short enough to be a length.
+// Otherwise it returns -1 and the caller parses byte by byte.
+func lineEnd(buf []byte, from int, cl uint8) int {
+	end := len(buf) - 1 // the CR must have its LF in buf
+	if cl != clLine {
+		end = min(end, from+maxLenDigits+1)
+	}
+	for j := from; j < end; j++ {
+		switch buf[j] {
+		case '\r':
+			if buf[j+1] == '\n' {
+				return j
+			}
+			return -1
+		case '\n':
+			return -1
+		}
+	}
+	return -1
+}
+
+// header acts on a complete blob or aggregate header (s.typ, s.neg,
+// s.num) whose LF is at buf[i-1].
+func (s *Stripper) header(buf []byte, i int) error {
+	if typeClass[s.typ] == clBlob {
+		if s.push == pushPending && s.depth == 1 {
+			if s.neg || s.num > maxNameLen {
+				s.push = pushPass
+			} else {
+				s.nameAt, s.nameLen = i, int(s.num)
+			}
+		}
+		switch {
+		case s.neg:
+			s.done(buf, i, false)
+		case s.num == 0:
+			s.st = stBlobCR
+		default:
+			s.st = stBlob
+		}
+		return nil
+	}
+	n := s.num
+	if typeClass[s.typ] == clMap {
+		n *= 2
+	}
+	if s.neg || n == 0 {
+		s.done(buf, i, s.typ == '|')
+		return nil
+	}
+	if s.depth == MaxDepth {
+		return malformed("aggregates nested deeper than %d", MaxDepth)
+	}
+	s.left[s.depth] = n
+	if s.typ == '|' {
+		s.attr |= 1 << s.depth
+	} else {
+		s.attr &^= 1 << s.depth
+	}
+	s.depth++
+	s.st = stType
+	return nil
+}
+
 // done records that a value ended at buf[:end]. isAttr tells whether it was
 // an attribute, which does not count as an element of its parent.
 func (s *Stripper) done(buf []byte, end int, isAttr bool) {
-	if s.push == pushPending && s.depth == 1 {
-		// The name of a pending push is complete.
-		name := buf[s.nameAt : s.nameAt+s.nameLen]
-		if s.Strip != nil && s.Strip(name) {
-			s.flush(buf, s.start)
-			s.push = pushStrip
-			s.sbuf = s.sbuf[:0]
-			s.oversize = false
-		} else {
-			s.push = pushPass
-		}
-	}
 	s.st = stType
+	if s.depth == 0 {
+		s.topDone(buf, end)
+		return
+	}
+	if s.push == pushPending && s.depth == 1 {
+		s.decide(buf)
+	}
 	for {
-		if s.depth == 0 {
-			s.topDone(buf, end)
-			return
-		}
 		if !isAttr {
 			s.left[s.depth-1]--
 		}
@@ -496,7 +554,24 @@ func (s *Stripper) done(buf []byte, end int, isAttr bool) {
 			return
 		}
 		s.depth--
+		if s.depth == 0 {
+			s.topDone(buf, end)
+			return
+		}
 		isAttr = s.attr&(1<<s.depth) != 0
+	}
+}
+
+// decide asks Strip about the pending push whose name just completed.
+func (s *Stripper) decide(buf []byte) {
+	name := buf[s.nameAt : s.nameAt+s.nameLen]
+	if s.Strip != nil && s.Strip(name) {
+		s.flush(buf, s.start)
+		s.push = pushStrip
+		s.sbuf = s.sbuf[:0]
+		s.oversize = false
+	} else {
+		s.push = pushPass
 	}
 }
 

@@ -199,13 +199,13 @@ var stripperCases = []string{
 	"+OK\r\n>4\r\n$6\r\nMOVING\r\n:2\r\n:15\r\n_\r\n+OK\r\n",
 	">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$3\r\nmsg\r\n",             // pub/sub push: passes
 	">3\r\n$7\r\nMESSAGE\r\n$2\r\nch\r\n$3\r\nmsg\r\n>1\r\n+S\r\n", // simple-string name
-	"|1\r\n+ttl\r\n:3\r\n$1\r\nv\r\n",                               // attribute then reply
-	"*2\r\n>2\r\n$6\r\nMOVING\r\n:1\r\n:2\r\n",                      // nested push is data
+	"|1\r\n+ttl\r\n:3\r\n$1\r\nv\r\n",                              // attribute then reply
+	"*2\r\n>2\r\n$6\r\nMOVING\r\n:1\r\n:2\r\n",                     // nested push is data
 	">0\r\n+OK\r\n",
 	">1\r\n:1\r\n+OK\r\n",
 	">2\r\n$-1\r\n:1\r\n",
-	">1\r\n|1\r\n+a\r\n+b\r\n+S\r\n",              // attribute first: not a name
-	">2\r\n*1\r\n+S\r\n+S\r\n",                    // aggregate first: not a name
+	">1\r\n|1\r\n+a\r\n+b\r\n+S\r\n", // attribute first: not a name
+	">2\r\n*1\r\n+S\r\n+S\r\n",       // aggregate first: not a name
 	">2\r\n$65\r\n" + strings.Repeat("S", 65) + "\r\n:1\r\n", // name too long
 	">1\r\n+" + strings.Repeat("S", 65) + "\r\n",
 	">1\r\n$64\r\n" + strings.Repeat("A", 64) + "\r\n",
@@ -526,7 +526,12 @@ func replyMix(size int) []byte {
 }
 
 func benchReader(b *testing.B, read func(r io.Reader, p []byte) (int, error)) {
-	stream := replyMix(8 << 20)
+	benchStream(b, replyMix(8<<20), read)
+}
+
+// benchStream reads stream through read, from a reader returning it in
+// 32 KiB chunks, b.N times.
+func benchStream(b *testing.B, stream []byte, read func(r io.Reader, p []byte) (int, error)) {
 	r := &loopReader{data: stream, chunk: 32 << 10}
 	p := make([]byte, 32<<10)
 	b.SetBytes(int64(len(stream)))
@@ -559,3 +564,36 @@ func BenchmarkPlainCopyThroughput(b *testing.B) {
 	benchReader(b, func(r io.Reader, p []byte) (int, error) { return r.Read(p) })
 }
 
+// smallMix returns about size bytes of small replies only (+OK, integers,
+// short bulks, short arrays): the Stripper's worst case per byte.
+func smallMix(size int) []byte {
+	var b []byte
+	for i := 0; len(b) < size; i++ {
+		switch i % 4 {
+		case 0:
+			b = append(b, "+OK\r\n"...)
+		case 1:
+			b = AppendInt(b, int64(i))
+		case 2:
+			b = AppendBulk(b, "value-of-some-key")
+		case 3:
+			b = AppendArrayHeader(b, 2)
+			b = AppendBulk(b, "field")
+			b = AppendInt(b, 42)
+		}
+	}
+	return b
+}
+
+// BenchmarkStripperSmallReplies measures Stripper.Read over small replies
+// only, in 32 KiB chunks.
+func BenchmarkStripperSmallReplies(b *testing.B) {
+	s := &Stripper{Strip: stripMaint, OnReply: func() {}}
+	benchStream(b, smallMix(1<<20), s.Read)
+}
+
+// BenchmarkPlainCopySmallReplies is the baseline for
+// BenchmarkStripperSmallReplies.
+func BenchmarkPlainCopySmallReplies(b *testing.B) {
+	benchStream(b, smallMix(1<<20), func(r io.Reader, p []byte) (int, error) { return r.Read(p) })
+}
