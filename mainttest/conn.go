@@ -89,7 +89,7 @@ func (c *conn) shutdown(reason string, byEmulator bool) (owed int64, ok bool) {
 		return 0, false
 	}
 	c.closed = true
-	owed = int64(len(c.outQ) + c.inflight)
+	owed = int64(len(c.outQ))
 	bc := c.bc
 	c.cond.Broadcast()
 	c.fcond.Broadcast()
@@ -467,16 +467,14 @@ func (c *conn) writeLoop() {
 			c.cond.Wait()
 		}
 		c.mu.Unlock()
-		_, err := c.nc.Write(buf)
-		c.mu.Lock()
-		c.inflight = 0
-		c.mu.Unlock()
-		if err != nil {
-			c.shutdown("client", false)
-			return
-		}
+		// Counted before the write, so a client that got a reply always
+		// finds it in Stats.
 		if served > 0 {
 			c.ep.served(served, time.Now())
+		}
+		if _, err := c.nc.Write(buf); err != nil {
+			c.shutdown("client", false)
+			return
 		}
 		if cap(buf) > 1<<20 {
 			buf = nil // don't pin one huge reply's buffer
@@ -484,9 +482,8 @@ func (c *conn) writeLoop() {
 	}
 }
 
-// popLocked drops the head of outQ into the in-flight count.
+// popLocked drops the head of outQ: its reply is being written.
 func (c *conn) popLocked() {
 	c.outQ[0] = entry{}
 	c.outQ = c.outQ[1:]
-	c.inflight++
 }

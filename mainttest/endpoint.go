@@ -175,7 +175,7 @@ func (ep *Endpoint) Stats() Stats {
 	s := ep.stats
 	for c := range ep.conns {
 		c.mu.Lock()
-		s.Pending += int64(len(c.outQ) + c.inflight)
+		s.Pending += int64(len(c.outQ))
 		c.mu.Unlock()
 	}
 	return s

@@ -76,7 +76,7 @@ type rawClient struct {
 
 func dialRaw(t *testing.T, addr string) *rawClient {
 	t.Helper()
-	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	nc, err := net.DialTimeout("tcp", addr, 15*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
