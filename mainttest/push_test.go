@@ -138,7 +138,9 @@ func TestSeqIncreasing(t *testing.T) {
 }
 
 // TestPushAtFrameBoundary: a pipeline of big replies while events fire;
-// client-side framing must never see a push inside a reply.
+// client-side framing must never see a push inside a reply. Events are
+// injected in lockstep with the replies read (bounded, whatever the speed),
+// while later replies are still being written.
 func TestPushAtFrameBoundary(t *testing.T) {
 	e := newEmu(t, Config{})
 	ep := addEndpoint(t, e, "127.0.0.2:0")
@@ -156,34 +158,34 @@ func TestPushAtFrameBoundary(t *testing.T) {
 		pipeline = append(pipeline, encodeCmd("GET", "big")...)
 		pipeline = append(pipeline, encodeCmd("PING")...)
 	}
-	done := make(chan struct{})
-	fired := make(chan int)
-	go func() {
-		k := 0
-		defer func() { fired <- k }()
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
+	const noop = ">2\r\n$4\r\nNOOP\r\n:1\r\n"
+	fired := 0
+	fire := func() {
+		switch fired % 3 {
+		case 0:
 			ep.Migrating(0, `["1"]`)
-			ep.SendRaw([]byte(">2\r\n$4\r\nNOOP\r\n:1\r\n"))
+		case 1:
+			ep.SendRaw([]byte(noop))
+		case 2:
 			ep.Migrated(`["1"]`)
-			k += 3
-			time.Sleep(200 * time.Microsecond)
 		}
-	}()
-	go func() { _, _ = c.nc.Write(pipeline) }()
+		fired++
+	}
+	written := make(chan error, 1)
+	go func() { _, err := c.nc.Write(pipeline); written <- err }()
+	fire()
 	wantGet := string(resp.AppendBulk(nil, big))
-	replies, pushes := 0, 0
+	replies, pushes, between := 0, 0, 0
 	for replies < 2*n {
 		f := c.read()
 		if f[0] == '>' {
-			if _, err := resp.ParsePush([]byte(f)); err != nil && f != ">2\r\n$4\r\nNOOP\r\n:1\r\n" {
+			if _, err := resp.ParsePush([]byte(f)); err != nil && f != noop {
 				t.Fatalf("bad push %q: %v", f, err)
 			}
 			pushes++
+			if replies > 0 {
+				between++
+			}
 			continue
 		}
 		want := wantGet
@@ -194,19 +196,22 @@ func TestPushAtFrameBoundary(t *testing.T) {
 			t.Fatalf("reply %d corrupted (len %d, want len %d)", replies, len(f), len(want))
 		}
 		replies++
+		if replies < 2*n {
+			fire()
+		}
 	}
-	close(done)
-	k := <-fired
-	// The remaining pushes arrive after the last reply.
-	for pushes < k {
+	if err := <-written; err != nil {
+		t.Fatal(err)
+	}
+	for pushes < fired { // the last ones may follow the last reply
 		if f := c.read(); f[0] != '>' {
 			t.Fatalf("unexpected %q", f)
 		}
 		pushes++
 	}
-	t.Logf("%d replies, %d pushes interleaved", replies, pushes)
-	if pushes == 0 {
-		t.Fatal("no push fired")
+	t.Logf("%d replies, %d pushes, %d of them between replies", replies, pushes, between)
+	if between < n/4 {
+		t.Fatalf("only %d pushes landed between replies", between)
 	}
 	// HELLO, SET and the pipeline; the handshake is not relayed.
 	if s := ep.Stats(); s.Served != 2*n+2 {
