@@ -130,6 +130,8 @@ type settings struct {
 	allow      func(string) bool
 	logf       func(string, ...any)
 	onEvent    func(Event)
+	// onSMigrated is set by Instrument on cluster nodes: reload the slot map.
+	onSMigrated func()
 }
 
 func (c Config) settings() settings {

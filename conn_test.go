@@ -318,3 +318,31 @@ func TestSuccessorMustProveTheOriginalName(t *testing.T) {
 		})
 	}
 }
+
+// A later MOVING wins over an earlier one, and the earlier handoff's end never
+// clears the later pin; another connection's copy of a MOVING starts nothing.
+func TestLaterMovingWins(t *testing.T) {
+	m := New(WithLogf(t.Logf))
+	defer m.Close()
+	first := resp.AppendMoving(nil, 1, 5, "10.0.0.2:6379", false)
+	second := resp.AppendMoving(nil, 2, 5, "10.0.0.3:6379", false)
+	c, _ := wrapScript(t, m, append(first, second...))
+	readAll(t, c)
+	p := c.t.pin.Load()
+	require.NotNil(t, p)
+	assert.Equal(t, "10.0.0.3:6379", p.addr, "the later MOVING's successor")
+	r := c.n.run.Load()
+	require.NotNil(t, r)
+	assert.EqualValues(t, 2, r.seq)
+	assert.EqualValues(t, 2, m.Stats().Handoffs)
+
+	// The first handoff's late decisions do not touch the newer pin.
+	c.t.unpin(p.gen - 1)
+	assert.Same(t, p, c.t.pin.Load())
+
+	// A copy of the second MOVING on another connection to the node starts nothing.
+	c2, _ := wrapScript(t, m, second)
+	readAll(t, c2)
+	assert.EqualValues(t, 2, m.Stats().Handoffs)
+	assert.Same(t, r, c.n.run.Load())
+}

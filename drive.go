@@ -58,6 +58,9 @@ func (c *conn) onNotification(frame []byte) {
 		m.relax(c.n, nt.Seq)
 	case resp.KindSMigrated:
 		m.relaxEnd(c.n, nt.Seq)
+		if f := m.s.onSMigrated; f != nil {
+			f()
+		}
 	}
 }
 

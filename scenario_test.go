@@ -326,3 +326,37 @@ func TestBuiltinHandlerSeesNothing(t *testing.T) {
 	}
 	assert.Zero(t, w.seen.Load())
 }
+
+// Instrument installs one Maint per shard of a Ring, on shards that exist
+// already: a MOVING on one shard's node moves that shard, and the server
+// closes none of its connections.
+func TestInstrumentRing(t *testing.T) {
+	e := newEnv(t)
+	third, err := e.emu.AddEndpoint("127.0.0.4:0")
+	require.NoError(t, err)
+	ring := redis.NewRing(&redis.RingOptions{
+		Addrs:    map[string]string{"a": e.old.Addr(), "b": e.new.Addr()},
+		Protocol: 3, MaxRetries: -1,
+	})
+	g, err := maint.Instrument(ring, maint.WithLogf(t.Logf))
+	require.NoError(t, err)
+	defer g.Close()
+	defer ring.Close()
+	ctx := context.Background()
+	require.NoError(t, ring.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() }))
+	require.Len(t, g.Maints(), 2)
+
+	e.old.Moving(mainttest.Moving{Window: 2 * time.Second, To: third})
+	l := func() {
+		for i := 0; i < 200; i++ {
+			require.NoError(t, ring.Set(ctx, "key"+string(rune('a'+i%26)), i, 0).Err())
+		}
+	}
+	waitFor(t, "the shard to move", 10*time.Second, func() bool { l(); return third.Stats().Served > 0 })
+	e.waitEvent(e.old, mainttest.KindWindowEndClose, 10*time.Second)
+	assert.Zero(t, e.old.Stats().ClosedAtWindowEnd)
+	assert.EqualValues(t, 1, g.Stats().Handoffs)
+
+	_, err = maint.Instrument(nil)
+	assert.ErrorContains(t, err, "maint: <nil> not supported")
+}
