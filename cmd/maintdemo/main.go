@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// settings are the demo's flags, validated.
+type settings struct {
+	scenarios   []*scenario
+	clients     []clientKind
+	goroutines  int
+	rate        int
+	pool        int
+	window      time.Duration
+	before      time.Duration
+	duration    time.Duration // 0: long enough for the scenario
+	readTimeout time.Duration
+	redis       string
+	maintRoute  string
+	json        bool
+	check       bool
+	verbose     bool
+}
+
+// afterSpan is how long a run goes on after the disturbance, by default.
+const afterSpan = 500 * time.Millisecond
+
+// runLength is how long the load of one run of sc lasts.
+func (s *settings) runLength(sc *scenario) time.Duration {
+	if s.duration > 0 {
+		return s.duration
+	}
+	return s.before + sc.span(s) + afterSpan
+}
+
+func parseFlags(args []string, stderr io.Writer) (*settings, error) {
+	fs := flag.NewFlagSet("maintdemo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		s         settings
+		scenarioF string
+		clientsF  string
+	)
+	fs.StringVar(&scenarioF, "scenario", "null-dns-late", "scenarios to run, comma-separated: named, null-dns-early, null-dns-late, migrating, blocking, or all")
+	fs.StringVar(&clientsF, "clients", "all", "clients to compare, comma-separated: none (no handler), builtin (go-redis's handler), maint, or all")
+	fs.IntVar(&s.goroutines, "goroutines", 32, "goroutines issuing commands")
+	fs.IntVar(&s.rate, "rate", 2000, "commands per second in all; 0 means as fast as they go")
+	fs.IntVar(&s.pool, "pool", 16, "client pool size (redis.Options.PoolSize)")
+	fs.DurationVar(&s.window, "window", 2*time.Second, "MOVING window, or how long the migration is slow; whole seconds")
+	fs.DurationVar(&s.before, "before", time.Second, "steady load before the event")
+	fs.DurationVar(&s.duration, "duration", 0, "load per run in all; 0 means long enough for the scenario plus 0.5s")
+	fs.DurationVar(&s.readTimeout, "read-timeout", time.Second, "ReadTimeout and WriteTimeout of every client")
+	fs.StringVar(&s.redis, "redis", "", "address of a Redis server to use as the backend (default: an embedded miniredis)")
+	fs.StringVar(&s.maintRoute, "maint-route", routeAddHook, "how maint is installed: addhook (rdb.AddHook(maint.New()) on a default client) or configure (m.NewClient(opt))")
+	fs.BoolVar(&s.json, "json", false, "print one JSON object instead of the tables")
+	fs.BoolVar(&s.check, "check", false, "exit with status 1 if maint failed any command")
+	fs.BoolVar(&s.verbose, "verbose", false, "log go-redis, maint and emulator events to stderr")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: maintdemo [flags]\n\n"+
+			"Runs steady load through go-redis with no handler, with go-redis's built-in\n"+
+			"maintnotifications handler and with maint, in turn, through the same emulated\n"+
+			"Redis Enterprise maintenance, and prints the results side by side.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	var err error
+	if s.scenarios, err = parseScenarios(scenarioF); err != nil {
+		return nil, err
+	}
+	if s.clients, err = parseClients(clientsF); err != nil {
+		return nil, err
+	}
+	switch {
+	case s.goroutines < 1:
+		return nil, errors.New("--goroutines must be at least 1")
+	case s.pool < 1:
+		return nil, errors.New("--pool must be at least 1")
+	case s.rate < 0:
+		return nil, errors.New("--rate must not be negative")
+	case s.window < time.Second || s.window%time.Second != 0:
+		// The wire carries whole seconds: a client told "2" must not see the
+		// close at 1.5s.
+		return nil, errors.New("--window must be a whole number of seconds, at least 1s")
+	case s.before < blockingLead+100*time.Millisecond:
+		return nil, fmt.Errorf("--before must be at least %v", blockingLead+100*time.Millisecond)
+	case s.maintRoute != routeAddHook && s.maintRoute != routeConfigure:
+		return nil, fmt.Errorf("--maint-route must be %s or %s", routeAddHook, routeConfigure)
+	case s.readTimeout <= 0:
+		return nil, errors.New("--read-timeout must be positive")
+	}
+	if s.duration > 0 {
+		for _, sc := range s.scenarios {
+			if need := s.before + sc.span(&s); s.duration < need {
+				return nil, fmt.Errorf("--duration %v is too short for %s: it needs at least %v", s.duration, sc.name, need)
+			}
+		}
+	}
+	return &s, nil
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is the whole program; it returns the exit status: 0, 1 when --check
+// found maint failing a command, 2 for bad flags or an emulator that could
+// not start.
+func run(args []string, stdout io.Writer, stderr *os.File) int {
+	s, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "maintdemo:", err)
+		return 2
+	}
+	vlog := log.New(io.Discard, "", 0)
+	if s.verbose {
+		vlog = log.New(stderr, "", log.Lmicroseconds)
+	}
+	// go-redis logs handoffs and pool errors to stderr; keep the report
+	// readable unless --verbose asks for them.
+	redis.SetLogger(redisLogger{vlog})
+	rn := &runner{s: s, logf: vlog.Printf, prog: newProgress(stderr)}
+
+	rep := newReport(s)
+	if !s.json {
+		printHeader(stdout, s)
+	}
+	for _, sc := range s.scenarios {
+		sr := &scenarioReport{Name: sc.name, Summary: sc.summary, sc: sc}
+		for _, k := range s.clients {
+			for _, retries := range []int{-1, 0} {
+				r, err := rn.run(sc, k, retries)
+				if err != nil {
+					fmt.Fprintln(stderr, "maintdemo:", err)
+					return 2
+				}
+				sr.Runs = append(sr.Runs, r)
+			}
+		}
+		rep.add(sr)
+		if !s.json {
+			printScenario(stdout, s, sr)
+		}
+	}
+	if s.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			fmt.Fprintln(stderr, "maintdemo:", err)
+			return 2
+		}
+	} else {
+		printSummary(stdout, rep)
+	}
+	if s.check && rep.MaintFailed > 0 {
+		fmt.Fprintf(stderr, "maintdemo: check failed: maint failed %d commands\n", rep.MaintFailed)
+		return 1
+	}
+	return 0
+}
+
+// redisLogger sends go-redis's log lines to the verbose log.
+type redisLogger struct{ l *log.Logger }
+
+func (r redisLogger) Printf(_ context.Context, format string, v ...any) {
+	r.l.Printf("go-redis: "+format, v...)
+}
