@@ -302,7 +302,10 @@ func (r *run) apply(act handoff.Action) {
 	if act.Has(handoff.Retire) {
 		// Without a replacement (the hold) the old connections are fenced:
 		// still usable by the commands already past the hold, until the cap.
-		n := m.retire(r.n, !act.Has(handoff.Hold))
+		// Without the process hooks nothing holds commands before they take a
+		// connection, so the old connections are refused at once and commands
+		// wait in the dial path instead.
+		n := m.retire(r.n, !act.Has(handoff.Hold) || !m.hooked.Load())
 		_, capAt := r.h.Retired()
 		m.emit(Event{Kind: EventRetire, Node: r.n.key, Seq: r.seq, Count: n,
 			Detail: fmt.Sprintf("drain cap in %v", time.Until(capAt).Round(time.Millisecond))})

@@ -78,6 +78,10 @@ var routes = []route{
 	{"Options", func(m *maint.Maint, opt *redis.Options) *redis.Client {
 		return m.NewClient(opt)
 	}},
+	{"ConfigureOnly", func(m *maint.Maint, opt *redis.Options) *redis.Client {
+		m.Configure(opt)
+		return redis.NewClient(opt)
+	}},
 }
 
 // client builds a client with maint installed by r and closes both at the end.

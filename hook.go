@@ -33,6 +33,9 @@ type Maint struct {
 	// hooks read it once per command: the whole cost of the hook when no
 	// maintenance is going on.
 	hold atomic.Pointer[hold]
+	// hooked is set once go-redis has taken the process hooks (AddHook):
+	// only then can commands be held before they take a connection.
+	hooked atomic.Bool
 }
 
 var _ redis.Hook = (*Maint)(nil)
@@ -70,6 +73,7 @@ func (m *Maint) DialHook(next redis.DialHook) redis.DialHook {
 // budget, while no connection can serve it; otherwise it costs one atomic
 // load.
 func (m *Maint) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	m.hooked.Store(true)
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if h := m.hold.Load(); h != nil {
 			if err := m.waitHold(ctx, h); err != nil {
