@@ -34,6 +34,12 @@ type Config struct {
 	// "external-fqdn" or "none". "" means auto: an FQDN with TLS, an IP
 	// without; internal when the connected address is private.
 	EndpointType string
+	// Handshake says what Configure's OnConnect does with the opt-in
+	// handshake. The zero value, HandshakeAuto, sends it and carries on
+	// without notifications where the endpoint refuses it (remembered per
+	// endpoint). HandshakeRequired fails the connection instead.
+	// HandshakeOff never sends it.
+	Handshake HandshakeMode
 	// FixedAddress declares that the configured address never identifies a
 	// node (a tunnel, a load balancer, a fixed front address): a null-endpoint
 	// MOVING then hands off at the last call, and what connects afterwards is
@@ -51,6 +57,21 @@ type Config struct {
 	// Maint. It must not block.
 	OnEvent func(Event)
 }
+
+// HandshakeMode is how the Configure route opts connections in.
+type HandshakeMode uint8
+
+const (
+	// HandshakeAuto sends the handshake; an endpoint that refuses it is
+	// remembered and not asked again.
+	HandshakeAuto HandshakeMode = iota
+	// HandshakeRequired sends the handshake and fails a connection whose
+	// endpoint refuses it.
+	HandshakeRequired
+	// HandshakeOff sends nothing: notifications arrive only if something else
+	// opts connections in.
+	HandshakeOff
+)
 
 // Option changes one setting of a Config.
 type Option func(*Config)
@@ -72,6 +93,9 @@ func WithHoldBudget(d time.Duration) Option { return func(c *Config) { c.HoldBud
 
 // WithEndpointType sets Config.EndpointType.
 func WithEndpointType(t string) Option { return func(c *Config) { c.EndpointType = t } }
+
+// WithHandshake sets Config.Handshake.
+func WithHandshake(h HandshakeMode) Option { return func(c *Config) { c.Handshake = h } }
 
 // WithFixedAddress sets Config.FixedAddress.
 func WithFixedAddress(fixed bool) Option { return func(c *Config) { c.FixedAddress = fixed } }
@@ -127,6 +151,7 @@ type settings struct {
 	maxWindow  time.Duration
 	endpoint   string
 	fixed      bool
+	handshake  HandshakeMode
 	allow      func(string) bool
 	logf       func(string, ...any)
 	onEvent    func(Event)
@@ -143,6 +168,7 @@ func (c Config) settings() settings {
 		maxWindow:  c.MaxWindow,
 		endpoint:   c.EndpointType,
 		fixed:      c.FixedAddress,
+		handshake:  c.Handshake,
 		allow:      c.AllowSuccessor,
 		logf:       c.Logf,
 		onEvent:    c.OnEvent,

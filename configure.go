@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"time"
@@ -44,7 +45,7 @@ func configure(m *Maint, opt *redis.Options) {
 // endpoint has already said it does not support them.
 func (m *Maint) handshake(ctx context.Context, cn *redis.Conn, addr string, tlsOn bool) error {
 	t := m.target(addr)
-	if t.unsupported.Load() {
+	if m.s.handshake == HandshakeOff || (t.unsupported.Load() && m.s.handshake == HandshakeAuto) {
 		return nil
 	}
 	typ := m.endpointType(t, tlsOn)
@@ -55,6 +56,9 @@ func (m *Maint) handshake(ctx context.Context, cn *redis.Conn, addr string, tlsO
 	var rerr redis.Error
 	if !errors.As(err, &rerr) {
 		return err // the connection failed: go-redis discards it
+	}
+	if m.s.handshake == HandshakeRequired {
+		return fmt.Errorf("maint: %s refused the maintenance notifications handshake: %w", addr, err)
 	}
 	if t.unsupported.CompareAndSwap(false, true) {
 		m.c.unsupported.Add(1)

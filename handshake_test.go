@@ -87,3 +87,36 @@ func TestConfigureOptsInAndChainsOnConnect(t *testing.T) {
 	}
 	assert.Contains(t, typ, "internal-ip", "a loopback address is internal, and there is no TLS")
 }
+
+func TestHandshakeModes(t *testing.T) {
+	emu, err := mainttest.New(mainttest.Config{Unsupported: true})
+	require.NoError(t, err)
+	defer emu.Close()
+	ep, err := emu.AddEndpoint("127.0.0.2:0")
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	t.Run("required fails the connection", func(t *testing.T) {
+		m := maint.New(maint.WithLogf(t.Logf), maint.WithHandshake(maint.HandshakeRequired))
+		defer m.Close()
+		rdb := m.NewClient(&redis.Options{Addr: ep.Addr(), MaxRetries: -1, DialerRetries: 1})
+		defer rdb.Close()
+		err := rdb.Ping(ctx).Err()
+		// go-redis unwraps one level of OnConnect's error: the server's own
+		// refusal is what the command reports.
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "MAINT_NOTIFICATIONS")
+		assert.Zero(t, m.Stats().Unsupported, "required: nothing to remember, the connection failed")
+	})
+	t.Run("off sends nothing", func(t *testing.T) {
+		before := len(emu.Events())
+		m := maint.New(maint.WithLogf(t.Logf), maint.WithHandshake(maint.HandshakeOff))
+		defer m.Close()
+		rdb := m.NewClient(&redis.Options{Addr: ep.Addr()})
+		defer rdb.Close()
+		require.NoError(t, rdb.Ping(ctx).Err())
+		for _, e := range emu.Events()[before:] {
+			assert.NotEqual(t, mainttest.KindUnsupported, e.Kind)
+		}
+	})
+}

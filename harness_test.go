@@ -31,9 +31,13 @@ type env struct {
 	dials    *dialLog
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newEnvOn(t, "") }
+
+// newEnvOn is newEnv with the emulator relaying to backend ("" for the
+// embedded miniredis, or a real Redis address).
+func newEnvOn(t *testing.T, backend string) *env {
 	t.Helper()
-	emu, err := mainttest.New(mainttest.Config{Logf: t.Logf})
+	emu, err := mainttest.New(mainttest.Config{Logf: t.Logf, Backend: backend})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = emu.Close() })
 	var old, nw *mainttest.Endpoint

@@ -2,6 +2,7 @@ package maint_test
 
 import (
 	"context"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -38,7 +39,11 @@ func watchBuiltin(rdb *redis.Client) *builtinWatch {
 // steadyMoving runs scenario 1 or 2 of the issue: 32 goroutines on a pool of
 // 16, as fast as they go, through a MOVING; it returns the load.
 func steadyMoving(t *testing.T, r route, mv func(e *env) mainttest.Moving) {
-	e := newEnv(t)
+	steadyMovingOn(t, "", r, mv)
+}
+
+func steadyMovingOn(t *testing.T, backend string, r route, mv func(e *env) mainttest.Moving) {
+	e := newEnvOn(t, backend)
 	rdb, m, ev := e.client(r, e.options(16))
 	builtin := watchBuiltin(rdb)
 	require.NoError(t, rdb.Ping(context.Background()).Err())
@@ -83,6 +88,17 @@ func TestMovingUnderSteadyLoad(t *testing.T) {
 		t.Run(r.name+"/NamedSuccessor", func(t *testing.T) { steadyMoving(t, r, namedSuccessor) })
 		t.Run(r.name+"/NullEndpointDNSAt40", func(t *testing.T) { steadyMoving(t, r, nullDNSAt40) })
 	}
+}
+
+// The real-server tier: the same scenarios with the emulator relaying to a
+// real redis-server (MAINT_TEST_REDIS=host:port; .ci/run starts one).
+func TestMovingAgainstRealRedis(t *testing.T) {
+	addr := os.Getenv("MAINT_TEST_REDIS")
+	if addr == "" {
+		t.Skip("MAINT_TEST_REDIS not set")
+	}
+	t.Run("NamedSuccessor", func(t *testing.T) { steadyMovingOn(t, addr, routes[0], namedSuccessor) })
+	t.Run("NullEndpointDNSAt40", func(t *testing.T) { steadyMovingOn(t, addr, routes[0], nullDNSAt40) })
 }
 
 // Scenario 3: DNS moves only after the window's end, within the hold budget:
