@@ -15,6 +15,8 @@ import (
 type dialLog struct {
 	next func(ctx context.Context, network, addr string) (net.Conn, error)
 
+	failed atomic.Int64 // dials that returned an error
+
 	mu  sync.Mutex // guards all
 	all []*loggedConn
 }
@@ -43,6 +45,7 @@ func (c *loggedConn) Close() error {
 func (d *dialLog) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	c, err := d.next(ctx, network, addr)
 	if err != nil {
+		d.failed.Add(1)
 		return nil, err
 	}
 	lc := &loggedConn{Conn: c, remote: c.RemoteAddr().String(), at: time.Now()}

@@ -73,7 +73,7 @@
 //     end, how many connections it had to close and how many replies they
 //     still owed, and how many connections the client opened to the old node
 //     after the MOVING (connections that never carried a byte, such as
-//     maint's DNS probes, are not counted);
+//     maint's DNS probes, are not counted) and how many dials failed;
 //   - p50, p99 and max latency of successful commands before the event and
 //     during it (from the event to 0.5s after the disturbance ends), with
 //     each client's ratio to maint's.

@@ -169,6 +169,7 @@ func printScenario(w io.Writer, s *settings, sr *scenarioReport) {
 		perRun("  connections the server had to close", def, func(r *runResult) string { return fmt.Sprint(r.Timeline.ServerClosed) })
 		perRun("  replies lost when it closed them", def, func(r *runResult) string { return count(r.Timeline.RepliesLost) })
 		perRun("  conns to the old node opened after MOVING", def, func(r *runResult) string { return fmt.Sprint(r.Timeline.OldAfterEvent) })
+		perRun("  dials that failed", def, func(r *runResult) string { return count(r.Timeline.FailedDials) })
 	} else {
 		perRun("  MIGRATING sent", def, func(r *runResult) string { return sec(r.Timeline.Event) })
 		perRun("  replies slow from", def, func(r *runResult) string { return sec(r.Timeline.SlowFrom) })

@@ -122,6 +122,7 @@ type timeline struct {
 
 	OldOpenAtEnd  int     `json:"old_conns_open_at_end"`
 	OldAfterEvent int     `json:"old_conns_opened_after_event"`
+	FailedDials   int64   `json:"failed_dials"`
 	ServerClosed  int     `json:"server_closed"`
 	RepliesLost   int64   `json:"replies_lost"`
 	OldServed     int64   `json:"old_served"`
@@ -317,6 +318,7 @@ func (rn *runner) timeline(d *database, sc *scenario, start, eventAt time.Time) 
 	tl.WindowEnd = at(windowEnd(evs, d.old.Addr(), eventAt))
 	old := d.old.Stats()
 	tl.OldServed, tl.NewServed = old.Served, d.nw.Stats().Served
+	tl.FailedDials = d.dials.failed.Load()
 	if sc.moving {
 		tl.OldLastUsed = at(old.LastServed)
 		cs := d.dials.summary(d.old.Addr(), eventAt)
