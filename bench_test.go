@@ -111,7 +111,7 @@ var benchLoads = []benchLoad{
 	}},
 	{"parallel", 1, func(b *testing.B, rdb *redis.Client, n int) {
 		ctx := context.Background()
-		runSplit(b, n, func(n int) error {
+		err := benchCrew(b).run(n, func(n int) error {
 			for range n {
 				if err := rdb.Get(ctx, benchKey).Err(); err != nil {
 					return err
@@ -119,6 +119,9 @@ var benchLoads = []benchLoad{
 			}
 			return nil
 		})
+		if err != nil {
+			b.Fatal(err)
+		}
 	}},
 	{fmt.Sprintf("pipeline%d", pipelineLen), pipelineLen, func(b *testing.B, rdb *redis.Client, n int) {
 		ctx := context.Background()
@@ -134,28 +137,68 @@ var benchLoads = []benchLoad{
 	}},
 }
 
-// runSplit runs n ops over parallelism*GOMAXPROCS goroutines.
-func runSplit(b *testing.B, n int, f func(n int) error) {
+// crews holds the crew of each running benchmark.
+var crews sync.Map // *testing.B -> *crew
+
+// benchCrew returns b's crew, started on first use and stopped with b.
+func benchCrew(b *testing.B) *crew {
+	if c, ok := crews.Load(b); ok {
+		return c.(*crew)
+	}
+	c := newCrew()
+	crews.Store(b, c)
+	b.Cleanup(func() {
+		crews.Delete(b)
+		c.stop()
+	})
+	return c
+}
+
+// crew is a fixed set of goroutines that run shares of a parallel load, so
+// that no goroutine is started (and no stack grown) inside a measurement.
+type crew struct {
+	work []chan int
+	done chan error
+	f    func(n int) error // set before each run
+}
+
+func newCrew() *crew {
 	g := parallelism * runtime.GOMAXPROCS(0)
-	var wg sync.WaitGroup
-	errs := make(chan error, g)
-	for i := range g {
+	c := &crew{work: make([]chan int, g), done: make(chan error, g)}
+	for i := range c.work {
+		c.work[i] = make(chan int)
+		go func(work <-chan int) {
+			for n := range work {
+				c.done <- c.f(n)
+			}
+		}(c.work[i])
+	}
+	return c
+}
+
+// run splits n ops over the crew and waits for them.
+func (c *crew) run(n int, f func(n int) error) error {
+	c.f = f
+	g := len(c.work)
+	for i, w := range c.work {
 		share := n / g
 		if i < n%g {
 			share++
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(share); err != nil {
-				errs <- err
-			}
-		}()
+		w <- share
 	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
-		b.Fatal(err)
+	var first error
+	for range g {
+		if err := <-c.done; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func (c *crew) stop() {
+	for _, w := range c.work {
+		close(w)
 	}
 }
 
