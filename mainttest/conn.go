@@ -53,7 +53,6 @@ type conn struct {
 	bout          [][]byte  // backend frames not yet written
 	bEOF          bool      // the backend connection ended
 	closeAfter    bool      // close once every owed reply is written (protocol error)
-	inflight      int       // entries taken by writeLoop, not yet written
 	backendErrMsg string
 }
 
@@ -116,7 +115,7 @@ func (c *conn) shutdown(reason string, byEmulator bool) (owed int64, ok bool) {
 	return owed, true
 }
 
-// queueLocal appends an intercepted reply. The caller holds c.mu.
+// queueLocalLocked appends an intercepted reply. The caller holds c.mu.
 func (c *conn) queueLocalLocked(b []byte) {
 	c.outQ = append(c.outQ, entry{isLocal: true, local: b})
 	c.cond.Signal()
@@ -156,7 +155,7 @@ func (c *conn) pushWith(frame func(epType string) []byte) bool {
 	return true
 }
 
-// run dials the backend, starts the other two goroutines and relays the
+// run dials the backend, starts the other three goroutines and relays the
 // client's commands until the connection ends.
 func (c *conn) run() {
 	var d net.Dialer

@@ -21,6 +21,8 @@ type Endpoint struct {
 	port string
 	fqdn atomic.Pointer[string]
 
+	refuseMu sync.Mutex // serialises RefuseNew
+
 	mu          sync.Mutex // guards everything below
 	ln          net.Listener
 	refusing    bool
@@ -232,32 +234,42 @@ func (ep *Endpoint) RefuseNew(refuse bool) {
 
 func (ep *Endpoint) setRefusing(refuse bool, why string) {
 	e := ep.e
+	ep.refuseMu.Lock() // one change at a time on this endpoint
+	defer ep.refuseMu.Unlock()
+	ep.mu.Lock()
+	same := ep.refusing == refuse
+	ep.mu.Unlock()
+	if same {
+		return
+	}
+	var ln net.Listener
+	if !refuse { // bind without holding locks: it may retry for a while
+		var err error
+		if ln, err = listenRetry(ep.addr); err != nil {
+			e.event(Event{Endpoint: ep.addr, Kind: KindRefuse, Detail: "rebind failed: " + err.Error()})
+			return
+		}
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
+		if ln != nil {
+			_ = ln.Close()
+		}
 		return
 	}
 	ep.mu.Lock()
-	defer ep.mu.Unlock()
-	if ep.refusing == refuse {
-		return
-	}
 	detail := "off"
 	if refuse {
 		detail = "on"
 		_ = ep.ln.Close()
 		ep.ln = nil
 	} else {
-		ln, err := listenRetry(ep.addr)
-		if err != nil {
-			e.logf("mainttest: %s: rebind: %v", ep.addr, err)
-			e.event(Event{Endpoint: ep.addr, Kind: KindRefuse, Detail: "rebind failed: " + err.Error()})
-			return
-		}
 		ep.ln = ln
 		e.goLocked(func() { ep.acceptLoop(ln) })
 	}
 	ep.refusing = refuse
+	ep.mu.Unlock()
 	if why != "" {
 		detail += " (" + why + ")"
 	}

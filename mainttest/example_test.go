@@ -51,12 +51,14 @@ func Example() {
 	seq := old.Moving(mainttest.Moving{Window: time.Second, To: successor})
 	fmt.Println("MOVING seq:", seq)
 
-	// go-redis reads the push with its next reply and hands the connection
-	// over to the successor.
+	// go-redis reads the push with its next reply and, when that command
+	// returns the connection to its pool, hands it over to the successor.
+	client.Get(ctx, "greeting")
 	deadline := time.Now().Add(10 * time.Second)
-	for successor.Stats().Served == 0 && time.Now().Before(deadline) {
-		client.Get(ctx, "greeting")
+	for old.Stats().Open > 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond) // polling the emulator, not go-redis
 	}
+	fmt.Println("GET greeting:", client.Get(ctx, "greeting").Val())
 	fmt.Println("successor serving:", successor.Stats().Served > 0)
 
 	ev, err := emu.WaitEvent(ctx, mainttest.IsKind(old, mainttest.KindWindowEndClose))
@@ -69,6 +71,7 @@ func Example() {
 	// Output:
 	// GET greeting: hello
 	// MOVING seq: 1
+	// GET greeting: hello
 	// successor serving: true
 	// old endpoint: window_end_close
 	// GET after the window: hello

@@ -8,7 +8,9 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -62,7 +64,11 @@ func builtinClient(t *testing.T, e *Emulator, addr string, opt redis.Options, mc
 	opt.Dialer = e.Dialer()
 	opt.MaintNotificationsConfig = &mc
 	c := redis.NewClient(&opt)
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("go-redis Close: %v", err)
+		}
+	})
 	m := c.GetMaintNotificationsManager()
 	if m == nil {
 		t.Fatal("go-redis built-in maintenance manager not enabled")
@@ -72,12 +78,22 @@ func builtinClient(t *testing.T, e *Emulator, addr string, opt redis.Options, mc
 	return c, log
 }
 
+// awaitHandoff waits, without issuing commands, until every connection
+// left old: go-redis's handoff dialled the successor, initialised the new
+// connection and closed the old one. Commands issued while a handoff is in
+// flight can race inside go-redis v9.23 (see TestGoRedisBuiltinStress).
+func awaitHandoff(t *testing.T, old *Endpoint) time.Time {
+	t.Helper()
+	waitFor(t, "go-redis to leave the old endpoint", func() bool { return old.Stats().Open == 0 })
+	return time.Now()
+}
+
 // TestGoRedisBuiltinMoving: after a MOVING with a named successor, go-redis's
-// built-in handler hands its connections over to the new endpoint.
+// built-in handler hands its connection over to the new endpoint.
 func TestGoRedisBuiltinMoving(t *testing.T) {
 	e := newEmu(t, Config{})
 	old, nw := pairEndpoints(t, e)
-	client, log := builtinClient(t, e, old.Addr(), redis.Options{MaxRetries: -1, PoolSize: 4}, maintnotifications.Config{})
+	client, log := builtinClient(t, e, old.Addr(), redis.Options{MaxRetries: -1}, maintnotifications.Config{})
 	ctx := context.Background()
 	if err := client.Set(ctx, "k", "v", 0).Err(); err != nil {
 		t.Fatal(err)
@@ -88,45 +104,57 @@ func TestGoRedisBuiltinMoving(t *testing.T) {
 		}
 	}
 	before := old.Stats()
-	if before.OptedIn == 0 || before.Open == 0 {
-		t.Fatalf("go-redis did not opt in: %+v", before)
+	if before.OptedIn != 1 || before.Open != 1 {
+		t.Fatalf("want one opted-in go-redis connection: %+v", before)
 	}
 
 	const window = 2 * time.Second
 	seq := old.Moving(Moving{Window: window, To: nw})
 	movedAt := time.Now()
-	ops, failed := 0, 0
-	deadline := movedAt.Add(window - 200*time.Millisecond) // well before the close
-	for time.Now().Before(deadline) && (nw.Stats().Served < 50 || old.Stats().Open > 0) {
+	// go-redis reads the push with the next reply, marks the connection and
+	// hands it over when the command returns it to the pool.
+	if err := client.Get(ctx, "k").Err(); err != nil {
+		t.Fatalf("GET delivering the MOVING: %v", err)
+	}
+	if log.count("MOVING", seq) != 1 {
+		t.Fatalf("the built-in handler did not see MOVING %d (saw %v)", seq, log.seen)
+	}
+	doneAt := awaitHandoff(t, old)
+	initServed := nw.Stats().Served // the handoff's connection set-up (HELLO, CLIENT SETINFO)
+	for i := 0; i < 50; i++ {
 		if err := client.Get(ctx, "k").Err(); err != nil {
-			failed++
-			t.Logf("GET during the window: %v", err)
+			t.Fatalf("GET after the handoff: %v", err)
 		}
-		ops++
 	}
-	ns, os := nw.Stats(), old.Stats()
-	t.Logf("MOVING seq %d: %d GETs, %d failed; new endpoint: opened %d, opted in %d, served %d, first served %v after MOVING; old endpoint: open %d",
-		seq, ops, failed, ns.Opened, ns.OptedIn, ns.Served, ns.FirstServed.Sub(movedAt).Round(time.Millisecond), os.Open)
-	if log.count("MOVING", seq) == 0 {
-		t.Fatalf("the built-in handler never saw MOVING %d (saw %v)", seq, log.seen)
+	ns := nw.Stats()
+	t.Logf("MOVING seq %d (window %v): go-redis left the old endpoint %v after it; new endpoint: opened %d, opted in %d, served %d",
+		seq, window, doneAt.Sub(movedAt).Round(time.Millisecond), ns.Opened, ns.OptedIn, ns.Served)
+	if doneAt.Sub(movedAt) > window {
+		t.Fatalf("handoff took %v, longer than the window", doneAt.Sub(movedAt))
 	}
-	if ns.Opened == 0 || ns.Served == 0 || ns.OptedIn == 0 {
-		t.Fatalf("go-redis did not move to the new endpoint: %+v", ns)
-	}
-	if failed != 0 {
-		t.Fatalf("%d of %d commands failed during the move", failed, ops)
-	}
-	if os.Open != 0 {
-		t.Fatalf("%d connections still on the old endpoint before the window's end", os.Open)
+	if ns.Opened != 1 || ns.OptedIn != 1 || ns.Served != initServed+50 {
+		t.Fatalf("new endpoint %+v, want one opted-in connection serving the 50 GETs (after %d set-up commands)", ns, initServed)
 	}
 	ev := waitEvent(t, e, IsKind(old, KindWindowEndClose))
 	t.Logf("window end: %s", ev.Detail)
+	if ev.Detail != "closed=0 owed=0" {
+		t.Fatalf("window end %s: go-redis left connections behind", ev.Detail)
+	}
 	if err := client.Get(ctx, "k").Err(); err != nil {
 		t.Fatalf("GET after the window: %v", err)
 	}
-	if s := old.Stats(); s.ClosedAtWindowEnd != 0 || s.OwedAtClose != 0 {
-		t.Fatalf("old endpoint at the window's end: %+v", s)
-	}
+}
+
+// settleHandoffs waits until the MOVING window of old ended and no
+// connection is left on it, so no go-redis handoff is in flight when the
+// client closes: go-redis v9.23's Client.Close holds its maintenance
+// manager lock while waiting for handoff workers, and a handoff's initConn
+// waits for that lock, so Close during a handoff blocks for 10 s, fails
+// and leaks a goroutine.
+func settleHandoffs(t *testing.T, e *Emulator, old *Endpoint) {
+	t.Helper()
+	waitEvent(t, e, IsKind(old, KindWindowEndClose))
+	waitFor(t, "no connection on the old endpoint", func() bool { return old.Stats().Open == 0 })
 }
 
 func isTimeoutErr(err error) bool {
@@ -208,7 +236,7 @@ func TestGoRedisBuiltinNullMovingFollowsDNS(t *testing.T) {
 	old, nw := pairEndpoints(t, e)
 	const host = "db.test"
 	e.DNS().Set(host, old.IP())
-	client, log := builtinClient(t, e, host+":"+old.Port(), redis.Options{MaxRetries: -1, PoolSize: 2}, maintnotifications.Config{})
+	client, log := builtinClient(t, e, host+":"+old.Port(), redis.Options{MaxRetries: -1}, maintnotifications.Config{})
 	ctx := context.Background()
 	if err := client.Set(ctx, "k", "v", 0).Err(); err != nil {
 		t.Fatal(err)
@@ -216,27 +244,74 @@ func TestGoRedisBuiltinNullMovingFollowsDNS(t *testing.T) {
 	const window = 2 * time.Second // wire time 2: go-redis reconnects after 1 s
 	seq := old.Moving(Moving{Window: window, To: nw, Null: true, DNSHost: host, DNSLag: 500 * time.Millisecond})
 	movedAt := time.Now()
-	ops, failed := 0, 0
-	for time.Since(movedAt) < window-200*time.Millisecond && (nw.Stats().Served < 20 || old.Stats().Open > 0) {
-		if err := client.Get(ctx, "k").Err(); err != nil {
-			failed++
-		}
-		ops++
-		time.Sleep(time.Millisecond) // steady load, not a busy loop
+	if err := client.Get(ctx, "k").Err(); err != nil { // delivers the MOVING
+		t.Fatal(err)
 	}
-	ns, os := nw.Stats(), old.Stats()
-	t.Logf("null MOVING seq %d: %d GETs, %d failed; new endpoint first served %v after MOVING, served %d; old endpoint open %d",
-		seq, ops, failed, ns.FirstServed.Sub(movedAt).Round(time.Millisecond), ns.Served, os.Open)
-	if log.count("MOVING", seq) == 0 {
-		t.Fatalf("the built-in handler never saw MOVING %d", seq)
+	if log.count("MOVING", seq) != 1 {
+		t.Fatalf("the built-in handler did not see MOVING %d", seq)
 	}
-	if ns.Served == 0 {
-		t.Fatal("go-redis never reached the new node through DNS")
+	dns := waitEvent(t, e, func(ev Event) bool { return ev.Kind == KindDNS && ev.Detail == host+" -> "+nw.IP() })
+	doneAt := awaitHandoff(t, old)
+	initServed := nw.Stats().Served
+	if v, err := client.Get(ctx, "k").Result(); err != nil || v != "v" {
+		t.Fatalf("GET after the handoff: %q %v", v, err)
 	}
-	if d := ns.FirstServed.Sub(movedAt); d < 900*time.Millisecond {
-		t.Fatalf("moved after %v, before time/2", d)
+	ns := nw.Stats()
+	t.Logf("null MOVING seq %d: DNS moved %v after it, go-redis left the old node %v after it; new endpoint opened %d, served %d",
+		seq, dns.At.Sub(movedAt).Round(time.Millisecond), doneAt.Sub(movedAt).Round(time.Millisecond), ns.Opened, ns.Served)
+	if d := doneAt.Sub(movedAt); d < 900*time.Millisecond || d > window {
+		t.Fatalf("left the old node %v after MOVING, want about time/2 = 1 s", d)
 	}
-	if failed != 0 || os.Open != 0 {
-		t.Fatalf("%d failed, %d connections left on the old node", failed, os.Open)
+	if ns.Opened != 1 || ns.OptedIn != 1 || ns.Served != initServed+1 {
+		t.Fatalf("new endpoint %+v", ns)
 	}
+	settleHandoffs(t, e, old)
+}
+
+// TestGoRedisBuiltinStress hammers go-redis's built-in handler with
+// concurrent commands through MOVINGs back and forth between two endpoints.
+// Opt-in (MAINTTEST_GOREDIS_STRESS=1): go-redis v9.23 can let a command use
+// a connection while a handoff worker re-initialises it, a data race inside
+// go-redis that -race reports (seen as "short write" errors too). It is
+// rare: run it with -count.
+func TestGoRedisBuiltinStress(t *testing.T) {
+	if os.Getenv("MAINTTEST_GOREDIS_STRESS") == "" {
+		t.Skip("set MAINTTEST_GOREDIS_STRESS=1: exposes a data race inside go-redis v9.23")
+	}
+	e := newEmu(t, Config{})
+	a, b := pairEndpoints(t, e)
+	client, log := builtinClient(t, e, a.Addr(), redis.Options{MaxRetries: -1}, maintnotifications.Config{})
+	ctx := context.Background()
+	client.Set(ctx, "k", "v", 0)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var ops, failed atomic.Int64
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ops.Add(1)
+				if err := client.Get(ctx, "k").Err(); err != nil {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	from, to := a, b
+	for round := 0; round < 6; round++ {
+		from.Moving(Moving{Window: 300 * time.Millisecond, To: to})
+		waitEvent(t, e, func(ev Event) bool {
+			return ev.Kind == KindWindowEndClose && ev.Endpoint == from.Addr() && ev.Seq == int64(round+1)
+		})
+		from, to = to, from
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("%d MOVINGs seen, %d of %d GETs failed", len(log.seen), failed.Load(), ops.Load())
 }

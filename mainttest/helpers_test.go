@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,7 +17,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	redis.SetLogger(quietLogger{}) // go-redis logs every handoff
+	if os.Getenv("MAINTTEST_GOREDIS_LOG") == "" {
+		redis.SetLogger(quietLogger{}) // go-redis logs every handoff
+	}
 	goleak.VerifyTestMain(m)
 }
 

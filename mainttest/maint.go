@@ -194,8 +194,8 @@ func (ep *Endpoint) Migrating(startsIn time.Duration, shards string) (seq int64)
 }
 
 // Migrated sends MIGRATED, ends the MIGRATING and retains the frame: it is
-// replayed to every connection that opts in later, right after its +OK,
-// until another MIGRATED or FAILED_OVER replaces it.
+// replayed to every RESP3 connection that opts in to this endpoint later,
+// right after its +OK, until another MIGRATED or FAILED_OVER replaces it.
 func (ep *Endpoint) Migrated(shards string) (seq int64) {
 	seq = ep.e.nextSeq()
 	frame := resp.AppendMigrated(nil, seq, shards)

@@ -81,14 +81,18 @@ func TestRealRedisBackend(t *testing.T) {
 	if err := client.Set(ctx, "k", "v", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	mseq := old.Moving(Moving{Window: 2 * time.Second, To: nw})
-	deadline := time.Now().Add(10 * time.Second)
-	for nw.Stats().Served < 5 && time.Now().Before(deadline) {
+	mseq := old.Moving(Moving{Window: time.Second, To: nw})
+	if err := client.Get(ctx, "k").Err(); err != nil { // delivers the MOVING
+		t.Fatal(err)
+	}
+	awaitHandoff(t, old)
+	for i := 0; i < 5; i++ {
 		if v, err := client.Get(ctx, "k").Result(); err != nil || v != "v" {
 			t.Fatalf("GET: %q %v", v, err)
 		}
 	}
-	if log.count("MOVING", mseq) == 0 || nw.Stats().Served < 5 {
+	if log.count("MOVING", mseq) != 1 || nw.Stats().OptedIn != 1 {
 		t.Fatalf("go-redis did not move: saw %v, new %+v", log.seen, nw.Stats())
 	}
+	settleHandoffs(t, e, old)
 }
