@@ -344,7 +344,7 @@ func (c *conn) protocolError(err error) {
 // handshake answers CLIENT MAINT_NOTIFICATIONS without forwarding it.
 func (c *conn) handshake(args [][]byte) {
 	ep := c.ep
-	if c.e.cfg.Unsupported {
+	if ep.unsupported.Load() {
 		c.queueLocal(resp.AppendError(nil, "ERR unknown subcommand '"+string(args[0])+"'. Try CLIENT HELP."))
 		c.e.event(Event{Endpoint: ep.addr, Kind: KindUnsupported, Conn: c.id})
 		return

@@ -21,6 +21,8 @@ type Endpoint struct {
 	port string
 	fqdn atomic.Pointer[string]
 
+	unsupported atomic.Bool // answer the handshake like a server without support
+
 	refuseMu sync.Mutex // serialises RefuseNew
 
 	mu          sync.Mutex // guards everything below
@@ -148,6 +150,7 @@ func (e *Emulator) AddEndpoint(addr string) (*Endpoint, error) {
 		conns:      make(map[*conn]struct{}),
 		cmdLatency: make(map[string]time.Duration),
 	}
+	ep.unsupported.Store(e.cfg.Unsupported)
 	e.endpoints = append(e.endpoints, ep)
 	e.goLocked(func() { ep.acceptLoop(ln) })
 	e.event(Event{Endpoint: ep.addr, Kind: KindListen})
@@ -170,6 +173,14 @@ func (ep *Endpoint) SetFQDN(host string) {
 	ep.fqdn.Store(&host)
 }
 
+// SetUnsupported makes this endpoint answer CLIENT MAINT_NOTIFICATIONS like
+// a server without support (true) or like Redis Enterprise (false), from
+// the next handshake on; the default is Config.Unsupported. Connections
+// already opted in stay opted in.
+func (ep *Endpoint) SetUnsupported(unsupported bool) {
+	ep.unsupported.Store(unsupported)
+}
+
 // Stats returns a snapshot of the endpoint's counters.
 func (ep *Endpoint) Stats() Stats {
 	ep.mu.Lock()
@@ -183,8 +194,9 @@ func (ep *Endpoint) Stats() Stats {
 	return s
 }
 
-// SetLatency sets extra latency for every command relayed from now on. It
-// adds to SetCommandLatency and SetMaintLatency.
+// SetLatency sets extra latency for every command relayed from now on
+// (intercepted handshakes are answered at once). It adds to
+// SetCommandLatency and SetMaintLatency.
 func (ep *Endpoint) SetLatency(d time.Duration) {
 	ep.mu.Lock()
 	ep.latency = d

@@ -26,16 +26,25 @@ const (
 	// KindFirstServed: the endpoint relayed its first backend reply.
 	KindFirstServed = "first_served"
 
-	// KindMoving .. KindRaw: a push was sent to the endpoint's opted-in RESP3
-	// connections; Seq is its id and Detail includes "conns=N".
-	KindMoving      = "moving"
-	KindMigrating   = "migrating"
-	KindMigrated    = "migrated"
+	// The push kinds: a push was sent to the endpoint's opted-in RESP3
+	// connections; Seq is its id and Detail ends with "conns=N".
+
+	// KindMoving: Endpoint.Moving; Detail has the wire time, window and target.
+	KindMoving = "moving"
+	// KindMigrating: Endpoint.Migrating.
+	KindMigrating = "migrating"
+	// KindMigrated: Endpoint.Migrated.
+	KindMigrated = "migrated"
+	// KindFailingOver: Endpoint.FailingOver.
 	KindFailingOver = "failing_over"
-	KindFailedOver  = "failed_over"
-	KindSMigrating  = "smigrating"
-	KindSMigrated   = "smigrated"
-	KindRaw         = "raw"
+	// KindFailedOver: Endpoint.FailedOver.
+	KindFailedOver = "failed_over"
+	// KindSMigrating: Endpoint.SMigrating.
+	KindSMigrating = "smigrating"
+	// KindSMigrated: Endpoint.SMigrated.
+	KindSMigrated = "smigrated"
+	// KindRaw: Endpoint.SendRaw (Seq 0).
+	KindRaw = "raw"
 	// KindReplay: a newly opted-in connection was sent the retained
 	// completion or the MOVING of an open window (Detail names which).
 	KindReplay = "replay"

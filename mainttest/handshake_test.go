@@ -224,3 +224,22 @@ func TestMovingReplayDuringWindow(t *testing.T) {
 		t.Fatalf("replayed MOVING for none: %q", f)
 	}
 }
+
+// TestSetUnsupportedPerEndpoint: one endpoint without support next to one
+// with it, and switching at run time.
+func TestSetUnsupportedPerEndpoint(t *testing.T) {
+	e := newEmu(t, Config{})
+	a := addEndpoint(t, e, "127.0.0.2:0")
+	b := addEndpoint(t, e, "127.0.0.3:0")
+	b.SetUnsupported(true)
+	ca, cb := dialRaw(t, a.Addr()), dialRaw(t, b.Addr())
+	ca.optIn("internal-ip")
+	if r := cb.do("client", "maint_notifications", "on"); r != "-ERR unknown subcommand 'maint_notifications'. Try CLIENT HELP.\r\n" {
+		t.Fatalf("unsupported endpoint: %q", r)
+	}
+	b.SetUnsupported(false)
+	cb.optIn("")
+	if a.Stats().OptedIn != 1 || b.Stats().OptedIn != 1 {
+		t.Fatalf("a %+v b %+v", a.Stats(), b.Stats())
+	}
+}
