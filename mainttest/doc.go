@@ -38,7 +38,9 @@
 //
 //	-ERR unknown subcommand 'maint_notifications'. Try CLIENT HELP.
 //
-// with the subcommand echoed as sent, and records nothing. HELLO is
+// with the subcommand echoed as sent, and records nothing (per endpoint:
+// Endpoint.SetUnsupported). The handshake is answered at once even inside
+// MULTI, where a real server would queue it. HELLO is
 // forwarded and tracked: only connections that are both opted in and on
 // RESP3 receive pushes. A RESP2 connection may opt in (it is answered +OK
 // and counted in Stats.OptedIn) but never receives a push. HELLO without a
