@@ -1,3 +1,5 @@
+//go:build unix
+
 package maint_test
 
 import (
@@ -6,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -137,6 +140,15 @@ var benchLoads = []benchLoad{
 	}},
 }
 
+// processCPU is the CPU time the process has used, user and system.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // crews holds the crew of each running benchmark.
 var crews sync.Map // *testing.B -> *crew
 
@@ -251,12 +263,14 @@ const overheadBlock = 256
 
 // BenchmarkOverhead runs plain go-redis and maint in alternating blocks of
 // ops on the same server, b.N ops each, and reports per command: each
-// client's time and heap allocations (plain-ns/cmd, maint-ns/cmd,
-// plain-allocs/cmd, maint-allocs/cmd), maint's throughput as a fraction of
-// plain go-redis's (maint/plain, the target is at least 0.98) and maint's
-// extra allocations (extra-allocs/cmd, the target is 0). Against the embedded
-// miniredis the allocation counts include the server's own, which are the
-// same for both clients.
+// client's wall time, CPU time of the whole process and heap allocations
+// (plain-ns/cmd, maint-ns/cmd, plain-cpu-ns/cmd, maint-cpu-ns/cmd,
+// plain-allocs/cmd, maint-allocs/cmd); maint's throughput as a fraction of
+// plain go-redis's (maint/plain, the target is at least 0.98), the same for
+// CPU (maint/plain-cpu: less sensitive to other load on the machine) and
+// maint's extra allocations (extra-allocs/cmd, the target is 0 or less).
+// Against the embedded miniredis the CPU time and allocations include the
+// server's own, which are the same for both clients.
 func BenchmarkOverhead(b *testing.B) {
 	for _, srv := range benchServers(b) {
 		for _, l := range benchLoads {
@@ -268,7 +282,7 @@ func BenchmarkOverhead(b *testing.B) {
 				prepare(b, plain, l)
 				prepare(b, mt, l)
 				clients := [2]*redis.Client{plain, mt}
-				var took [2]time.Duration
+				var took, cpu [2]time.Duration
 				var allocs [2]uint64
 				var ms runtime.MemStats
 				b.ResetTimer()
@@ -279,9 +293,10 @@ func BenchmarkOverhead(b *testing.B) {
 					for k := range 2 {
 						i := (k + done/overheadBlock) % 2
 						runtime.ReadMemStats(&ms)
-						a0, t0 := ms.Mallocs, time.Now()
+						a0, c0, t0 := ms.Mallocs, processCPU(), time.Now()
 						l.run(b, clients[i], n)
 						took[i] += time.Since(t0)
+						cpu[i] += processCPU() - c0
 						runtime.ReadMemStats(&ms)
 						allocs[i] += ms.Mallocs - a0
 					}
@@ -291,6 +306,9 @@ func BenchmarkOverhead(b *testing.B) {
 				b.ReportMetric(float64(took[0].Nanoseconds())/cmds, "plain-ns/cmd")
 				b.ReportMetric(float64(took[1].Nanoseconds())/cmds, "maint-ns/cmd")
 				b.ReportMetric(float64(took[0])/float64(took[1]), "maint/plain")
+				b.ReportMetric(float64(cpu[0].Nanoseconds())/cmds, "plain-cpu-ns/cmd")
+				b.ReportMetric(float64(cpu[1].Nanoseconds())/cmds, "maint-cpu-ns/cmd")
+				b.ReportMetric(float64(cpu[0])/float64(cpu[1]), "maint/plain-cpu")
 				b.ReportMetric(float64(allocs[0])/cmds, "plain-allocs/cmd")
 				b.ReportMetric(float64(allocs[1])/cmds, "maint-allocs/cmd")
 				b.ReportMetric((float64(allocs[1])-float64(allocs[0]))/cmds, "extra-allocs/cmd")

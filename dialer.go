@@ -17,16 +17,23 @@ import (
 
 type dialFunc = func(ctx context.Context, network, addr string) (net.Conn, error)
 
+// dialKey marks a context whose dial already goes through a Maint's dial
+// path: Configure's dialer under AddHook's DialHook, or a DNS probe. The
+// inner layer then steps aside, so that every dial is routed, judged and
+// wrapped once, for the configured address.
+type dialKey struct{}
+
 // dialVia returns the dial path through the Maint: route (a successor pin),
 // dial, check the successor's TLS identity, judge the new connection while a
 // handoff is on, and wrap it.
 func (m *Maint) dialVia(next dialFunc) dialFunc {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if m.ctx.Err() != nil {
+		if m.stopped.Load() || ctx.Value(dialKey{}) == m {
 			return next(ctx, network, addr)
 		}
 		t := m.target(addr)
 		t.next.Store(&next)
+		ctx = context.WithValue(ctx, dialKey{}, m)
 		for {
 			dialAddr, pinned := t.route(time.Now())
 			raw, err := next(ctx, network, dialAddr)
@@ -37,7 +44,7 @@ func (m *Maint) dialVia(next dialFunc) dialFunc {
 				return nil, err
 			}
 			if c, ok := raw.(*conn); ok {
-				return c, nil // already ours: Configure's dialer under AddHook's
+				return c, nil // another Maint's: one client, two Maints
 			}
 			if pinned {
 				if err := verifySuccessor(ctx, raw, addr); err != nil {
@@ -145,6 +152,19 @@ type conn struct {
 	rd resp.Stripper
 	wr resp.CmdScanner
 
+	// The health check (see SyscallConn). rawRC is the socket's RawConn,
+	// fetched once; check is the RawConn handed to go-redis; peekFn and
+	// peekState are the non-allocating callback and its result. pending holds
+	// bytes read off the socket during a check that were not notifications,
+	// delivered by the next Read.
+	rawRC     syscall.RawConn
+	check     checkRawConn
+	peekFn    func(fd uintptr) bool
+	peekState uint8
+	peekBuf   [1]byte
+	pending   []byte
+	pullBuf   []byte
+
 	closeOnce sync.Once
 	closeErr  atomic.Pointer[error] // why the Maint closed it
 }
@@ -160,7 +180,9 @@ func (m *Maint) wrap(t *target, raw net.Conn, remote string) *conn {
 		key = "?" + t.addr
 	}
 	c := &conn{raw: raw, m: m, t: t, id: m.nextID.Add(1), remote: remote}
-	c.rd.Strip = isMaintenance
+	c.rd.Strip = c.strip
+	c.check.c = c
+	c.peekFn = c.peek
 	c.rd.OnStripped = c.onNotification
 	c.rd.OnReply = c.onReply
 	c.rd.OnMalformed = c.onMalformedReply
@@ -170,7 +192,12 @@ func (m *Maint) wrap(t *target, raw net.Conn, remote string) *conn {
 	return c
 }
 
-func isMaintenance(name []byte) bool {
+// strip reports whether a push is a maintenance notification to remove
+// from the stream: all seven names, until the Maint is closed.
+func (c *conn) strip(name []byte) bool {
+	if c.m.stopped.Load() {
+		return false
+	}
 	_, ok := resp.KindOf(name)
 	return ok
 }
@@ -203,7 +230,12 @@ func (c *conn) onMalformedCommand(err error) {
 
 // Read returns the server's bytes minus maintenance notifications.
 func (c *conn) Read(p []byte) (int, error) {
-	if c.checking.Load() {
+	if len(c.pending) > 0 {
+		n := copy(p, c.pending)
+		c.pending = c.pending[n:]
+		return n, nil
+	}
+	if c.checking.Swap(false) {
 		// Inside the pool's health check: only what is there already.
 		_ = c.raw.SetReadDeadline(time.Now().Add(2 * time.Millisecond))
 		n, err := c.rd.Read(c.raw, p)
@@ -287,32 +319,62 @@ func (c *conn) SetDeadline(t time.Time) error {
 	ns := unixNano(t)
 	c.readDL.Store(ns)
 	c.writeDL.Store(ns)
-	return c.raw.SetDeadline(c.floor(t))
+	e := c.n.epoch.Load()
+	err := c.raw.SetDeadline(c.floor(t))
+	if c.n.epoch.Load() != e {
+		err = c.raw.SetDeadline(c.floor(t))
+	}
+	return err
 }
 
 // SetReadDeadline sets the read deadline, relaxed where maintenance requires it.
 func (c *conn) SetReadDeadline(t time.Time) error {
 	c.checking.Store(false)
 	c.readDL.Store(unixNano(t))
-	return c.raw.SetReadDeadline(c.floor(t))
+	e := c.n.epoch.Load()
+	err := c.raw.SetReadDeadline(c.floor(t))
+	if c.n.epoch.Load() != e {
+		err = c.raw.SetReadDeadline(c.floor(t))
+	}
+	return err
 }
 
 // SetWriteDeadline sets the write deadline, relaxed where maintenance requires it.
 func (c *conn) SetWriteDeadline(t time.Time) error {
 	c.checking.Store(false)
 	c.writeDL.Store(unixNano(t))
-	return c.raw.SetWriteDeadline(c.floor(t))
+	e := c.n.epoch.Load()
+	err := c.raw.SetWriteDeadline(c.floor(t))
+	if c.n.epoch.Load() != e {
+		err = c.raw.SetWriteDeadline(c.floor(t))
+	}
+	return err
 }
 
 // refloor re-applies the floor to the deadlines already set: relaxation that
-// starts while a command waits for its reply covers that command too.
+// starts while a command waits for its reply covers that command too. The
+// node's epoch was bumped first, so a setter racing with this call redoes
+// its own work; a deadline the setter changed meanwhile is re-read.
 func (c *conn) refloor() {
 	if ns := c.readDL.Load(); ns != 0 {
 		_ = c.raw.SetReadDeadline(c.floor(time.Unix(0, ns)))
+		if cur := c.readDL.Load(); cur != ns {
+			_ = c.raw.SetReadDeadline(c.floor(fromUnixNano(cur)))
+		}
 	}
 	if ns := c.writeDL.Load(); ns != 0 {
 		_ = c.raw.SetWriteDeadline(c.floor(time.Unix(0, ns)))
+		if cur := c.writeDL.Load(); cur != ns {
+			_ = c.raw.SetWriteDeadline(c.floor(fromUnixNano(cur)))
+		}
 	}
+}
+
+func fromUnixNano(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
 }
 
 func unixNano(t time.Time) int64 {
@@ -324,19 +386,100 @@ func unixNano(t time.Time) int64 {
 
 // SyscallConn serves go-redis's idle health check. A retired or closed
 // connection answers with an error, which makes the pool close it and dial a
-// replacement without failing a command. Over TLS, where the socket cannot be
-// peeked, it answers "healthy and idle", so TLS clients get the retirement
-// check too.
+// replacement without failing a command. A usable one answers with a RawConn
+// whose Read first looks at the socket itself: a maintenance notification
+// waiting on an idle connection (servers replay the latest completion to
+// every new connection) is read and acted on there, so that go-redis's peek
+// finds the socket empty and keeps the connection, instead of finding bytes
+// that then vanish. Over TLS, where the socket cannot be peeked, it answers
+// "healthy and idle", so TLS clients get the retirement check too.
 func (c *conn) SyscallConn() (syscall.RawConn, error) {
 	if s := c.state.Load(); s != stateActive && s != stateFenced {
 		return nil, ErrRetired
 	}
 	c.checking.Store(true)
-	if sc, ok := c.raw.(syscall.Conn); ok {
-		return sc.SyscallConn()
+	if c.rawRC == nil {
+		sc, ok := c.raw.(syscall.Conn)
+		if !ok {
+			return idleRawConn{}, nil
+		}
+		rc, err := sc.SyscallConn()
+		if err != nil {
+			return nil, err
+		}
+		c.rawRC = rc
 	}
-	return idleRawConn{}, nil
+	return &c.check, nil
 }
+
+// Results of peek.
+const (
+	peekEmpty uint8 = iota + 1 // nothing to read
+	peekData                   // bytes waiting
+	peekOther                  // closed by the peer, or an error: go-redis judges
+)
+
+// checkRawConn is the RawConn go-redis's health check receives.
+type checkRawConn struct{ c *conn }
+
+// Control runs f on the socket.
+func (r *checkRawConn) Control(f func(fd uintptr)) error { return r.c.rawRC.Control(f) }
+
+// Write runs f on the socket.
+func (r *checkRawConn) Write(f func(fd uintptr) bool) error { return r.c.rawRC.Write(f) }
+
+// Read looks at the socket before go-redis's callback f does. With nothing
+// to read it returns at once, without calling f: the check's verdict is then
+// "healthy", as f would have found, at the cost of one peek, as before.
+func (r *checkRawConn) Read(f func(fd uintptr) bool) error {
+	c := r.c
+	c.peekState = 0
+	if err := c.rawRC.Read(c.peekFn); err != nil {
+		return err
+	}
+	switch c.peekState {
+	case peekEmpty:
+		return nil
+	case peekData:
+		if err := c.pull(); err != nil {
+			return err
+		}
+		if s := c.state.Load(); s != stateActive && s != stateFenced {
+			return ErrRetired // what it read retired it
+		}
+	}
+	return c.rawRC.Read(f)
+}
+
+// pull reads what is waiting on the socket through the stripper: the
+// notifications among it are acted on; anything else waits in pending for the
+// next Read. A reply arriving on an idle connection is not what go-redis
+// expects: the check then fails, as go-redis's own would have.
+func (c *conn) pull() error {
+	if c.pullBuf == nil {
+		c.pullBuf = make([]byte, 4096)
+	}
+	owed := c.owed.Load()
+	_ = c.raw.SetReadDeadline(time.Now().Add(time.Millisecond))
+	defer func() { _ = c.raw.SetReadDeadline(time.Time{}) }()
+	for {
+		n, err := c.rd.Read(c.raw, c.pullBuf)
+		c.pending = append(c.pending, c.pullBuf[:n]...)
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				break // all that was there has been read
+			}
+			return err
+		}
+	}
+	if c.owed.Load() != owed {
+		return errUnexpectedReply
+	}
+	return nil
+}
+
+var errUnexpectedReply = errors.New("maint: unexpected reply on an idle connection")
 
 // idleRawConn is the RawConn of a connection whose socket is not reachable
 // (TLS): it reports nothing to read.

@@ -25,10 +25,11 @@ type run struct {
 	gen uint64
 	seq int64
 
-	kick    chan struct{} // a dial saw a replacement
-	stop    chan struct{} // closed when superseded
-	changed chan struct{} // closed and replaced at every phase change: wakes doomed dials
-	hold    atomic.Pointer[hold]
+	kick     chan struct{} // a dial saw a replacement
+	replaced atomic.Bool   // set with the kick: the driver calls Replacement
+	stop     chan struct{} // closed when superseded
+	changed  chan struct{} // closed and replaced at every phase change: wakes doomed dials
+	hold     atomic.Pointer[hold]
 }
 
 // onNotification handles one stripped maintenance push. It runs on the
@@ -120,15 +121,19 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 	}
 
 	n.mu.Lock()
-	if nt.Seq == n.lastMoving && n.lastMoving != 0 {
+	cur := n.run.Load()
+	if (cur != nil && nt.Seq <= n.lastMoving) || (cur == nil && nt.Seq == n.lastMoving && nt.Seq != 0) {
+		// Another connection's copy of this MOVING, or a late copy of an older
+		// one: a later MOVING wins. The connection that read it still belongs
+		// with the others of its node.
 		n.mu.Unlock()
-		return // another connection's copy of the same MOVING
+		if cur != nil {
+			cur.adopt(c)
+		}
+		return
 	}
 	n.lastMoving = nt.Seq
-	m.mu.Lock()
-	m.gen++
-	gen := m.gen
-	m.mu.Unlock()
+	gen := m.gen.Add(1)
 
 	now := time.Now()
 	ident := !m.s.fixed && classify.IdentifiesNodes(t.addr, successor != "")
@@ -141,14 +146,14 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 	r := &run{m: m, n: n, t: t, h: h, gen: gen, seq: nt.Seq,
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), changed: make(chan struct{})}
 	prev := n.run.Swap(r)
+	t.run.Store(r)
+	if successor != "" {
+		t.pin.Store(&pin{addr: successor, until: h.Deadline(), gen: gen})
+	}
 	n.mu.Unlock()
 
 	if prev != nil {
 		prev.supersede()
-	}
-	t.run.Store(r)
-	if successor != "" {
-		t.pin.Store(&pin{addr: successor, until: h.Deadline(), gen: gen})
 	}
 	m.c.handoffs.Add(1)
 	m.emit(Event{Kind: EventHandoff, Node: n.key, Seq: nt.Seq,
@@ -207,7 +212,7 @@ func (r *run) loop() {
 			return
 		}
 		now := time.Now()
-		act := r.h.Tick(now)
+		act := r.advance(now)
 		if ph := r.h.Phase(); probing && (ph == handoff.Awaiting || ph == handoff.Holding) && !now.Before(nextProbe) {
 			nextProbe = now.Add(every)
 			if r.probe() {
@@ -216,6 +221,17 @@ func (r *run) loop() {
 		}
 		r.apply(act)
 	}
+}
+
+// advance steps the handoff to now, with the news a dial brought, if any.
+// Only the driver steps the handoff, so actions are applied in the order the
+// handoff returns them.
+func (r *run) advance(now time.Time) handoff.Action {
+	act := r.h.Tick(now)
+	if r.replaced.Load() {
+		act |= r.h.Replacement(now)
+	}
+	return act
 }
 
 // probe dials the configured address the way the client's own dial path
@@ -228,6 +244,7 @@ func (r *run) probe() bool {
 	}
 	ctx, cancel := context.WithTimeout(r.m.ctx, time.Second)
 	defer cancel()
+	ctx = context.WithValue(ctx, dialKey{}, r.m) // below every Maint layer
 	raw, err := (*nextp)(ctx, "tcp", r.t.addr)
 	if err != nil {
 		return false
@@ -258,15 +275,40 @@ func (r *run) judge(remote string) classify.Verdict {
 	return v
 }
 
-// sawReplacement tells the driver that a dial landed on another node.
+// sawReplacement tells the driver that a dial landed on another node. The
+// driver alone steps the handoff and carries out its actions, so they are
+// carried out in the order the handoff returned them.
 func (r *run) sawReplacement(remote string) {
 	if ph := r.h.Phase(); ph == handoff.Awaiting || ph == handoff.Holding {
-		r.m.emit(Event{Kind: EventReplacement, Node: r.n.key, Seq: r.seq, Detail: "dial landed on " + remote})
-		if act := r.h.Replacement(time.Now()); act != 0 {
-			r.apply(act)
-			select { // the driver's next wake has changed
-			case r.kick <- struct{}{}:
-			default:
+		if r.replaced.CompareAndSwap(false, true) {
+			r.m.emit(Event{Kind: EventReplacement, Node: r.n.key, Seq: r.seq, Detail: "dial landed on " + remote})
+		}
+		select {
+		case r.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// adopt retires or fences a connection that joined the node after the
+// handoff retired it (its dial was judged before the handoff began, or it
+// read a copy of the MOVING only now), as the others were.
+func (r *run) adopt(c *conn) {
+	if !r.h.Params().Identifying && r.h.Released() {
+		return // behind a fixed address, what connects after the release is the replacement
+	}
+	retired, _ := r.h.Retired()
+	if !retired || r.h.Phase() == handoff.Done {
+		return
+	}
+	refuse := r.h.Phase() != handoff.Holding || !r.m.hooked.Load()
+	if c.retire(refuse) {
+		c.n.epoch.Add(1)
+		c.refloor()
+		if refuse {
+			r.m.c.retired.Add(1)
+			if c.sub.Load() {
+				c.closeWith(ErrRetired)
 			}
 		}
 	}
@@ -330,6 +372,9 @@ func (r *run) apply(act handoff.Action) {
 			Detail: fmt.Sprintf("replies owed %d", owed)})
 	}
 	if act.Has(handoff.Finish) {
+		if h := r.hold.Load(); h != nil && m.hold.CompareAndSwap(h, nil) {
+			h.release()
+		}
 		r.t.unpin(r.gen)
 		r.n.run.CompareAndSwap(r, nil)
 		r.t.run.CompareAndSwap(r, nil)

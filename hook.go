@@ -26,9 +26,12 @@ type Maint struct {
 	closed  bool
 	targets map[string]*target
 	nodes   map[string]*node
-	gen     uint64
 
+	gen    atomic.Uint64 // generations of MOVINGs: a later one supersedes
 	nextID atomic.Uint64
+	// stopped is set by Close: the Maint steps aside, and its connections
+	// stop stripping notifications and relaxing deadlines.
+	stopped atomic.Bool
 	// hold is non-nil while commands must wait for a replacement. The process
 	// hooks read it once per command: the whole cost of the hook when no
 	// maintenance is going on.
@@ -167,6 +170,7 @@ func (m *Maint) Close() error {
 	}
 	m.closed = true
 	m.mu.Unlock()
+	m.stopped.Store(true)
 	m.cancel()
 	if h := m.hold.Swap(nil); h != nil {
 		h.release()

@@ -62,8 +62,11 @@ type node struct {
 	// none). relaxSeq is the id of the MIGRATING or FAILING_OVER that started
 	// it; a completion with an older id is a replay and changes nothing.
 	relaxUntil atomic.Int64
-	relaxSeq   atomic.Int64
-	doneSeq    atomic.Int64
+	// epoch changes whenever deadlines must be floored anew (relaxation
+	// starts, connections are retired); see conn.refloor.
+	epoch    atomic.Uint64
+	relaxSeq atomic.Int64
+	doneSeq  atomic.Int64
 }
 
 func (m *Maint) target(addr string) *target {
@@ -81,7 +84,6 @@ func (m *Maint) target(addr string) *target {
 // first sight. Lock order: m.mu, then n.mu.
 func (m *Maint) register(c *conn, key string) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	n := m.nodes[key]
 	if n == nil {
 		n = &node{key: key, conns: make(map[*conn]struct{})}
@@ -89,8 +91,13 @@ func (m *Maint) register(c *conn, key string) {
 	}
 	n.mu.Lock()
 	n.conns[c] = struct{}{}
-	n.mu.Unlock()
 	c.n = n
+	r := n.run.Load()
+	n.mu.Unlock()
+	m.mu.Unlock()
+	if r != nil {
+		r.adopt(c) // it may have been judged before the handoff began
+	}
 }
 
 // unregister removes c from its node, and forgets a node left with no
@@ -131,6 +138,7 @@ func (n *node) snapshot() []*conn {
 // on the replacement. The others drain: the pool's health check refuses them,
 // and commands already written finish.
 func (m *Maint) retire(n *node, refuse bool) int {
+	n.epoch.Add(1)
 	count := 0
 	for _, c := range n.snapshot() {
 		if !c.retire(refuse) {

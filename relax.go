@@ -23,6 +23,7 @@ func (m *Maint) relax(n *node, seq int64) {
 	}
 	until := time.Now().Add(m.s.relaxCap)
 	n.relaxUntil.Store(until.UnixNano())
+	n.epoch.Add(1)
 	for _, c := range n.snapshot() {
 		c.refloor()
 	}
@@ -75,14 +76,24 @@ func (c *conn) floor(t time.Time) time.Time {
 			c.n.relaxUntil.CompareAndSwap(u, 0)
 		}
 	}
-	if !relax || c.m.s.relaxed < 0 {
+	if !relax || c.m.s.relaxed < 0 || c.m.stopped.Load() {
 		return t
 	}
-	if min := time.Now().Add(c.m.s.relaxed); t.Before(min) {
+	now := time.Now()
+	if t.Sub(now) < minRelaxable {
+		// go-redis's own probes (push drains, client-side caching) use 1ms and
+		// 50ms deadlines on purpose: raised, they would wait seconds on an
+		// idle connection.
+		return t
+	}
+	if min := now.Add(c.m.s.relaxed); t.Before(min) {
 		return min
 	}
 	return t
 }
+
+// minRelaxable is the shortest deadline relaxation raises.
+const minRelaxable = 75 * time.Millisecond
 
 // relaxing reports whether n's timeouts are relaxed now.
 func (n *node) relaxing() bool {

@@ -211,15 +211,24 @@ func TestStaleDNSReconnectIsNeverUsed(t *testing.T) {
 
 // Scenario 5: a mostly idle pool: every idle connection to the old node is
 // retired before the window's end, including ones that never carried a
-// command (MinIdleConns) and so never opted in.
+// command (MinIdleConns) and so never opted in. With AddHook alone the pool
+// is warmed by a burst after AddHook: connections dialled before AddHook are
+// beyond any hook's reach (docs/guarantees.md).
 func TestIdlePoolRetiredBeforeWindowEnd(t *testing.T) {
 	for _, r := range routes {
 		t.Run(r.name, func(t *testing.T) {
 			e := newEnv(t)
 			opt := e.options(16)
-			opt.MinIdleConns = 16
+			if r.name != "AddHook" {
+				opt.MinIdleConns = 16
+			}
 			rdb, m, ev := e.client(r, opt)
 			require.NoError(t, rdb.Ping(context.Background()).Err())
+			if r.name == "AddHook" {
+				burst := startLoad(rdb, 16)
+				waitFor(t, "a warm pool", 10*time.Second, func() bool { return e.dials.openTo(e.old.Addr()) >= 16 })
+				burst.stop()
+			}
 			waitFor(t, "idle connections", 10*time.Second, func() bool { return e.dials.openTo(e.old.Addr()) >= 16 })
 			l := startLoad(rdb, 1)
 			waitFor(t, "load", 10*time.Second, func() bool { return e.old.Stats().Served > 50 })
@@ -375,4 +384,57 @@ func TestInstrumentRing(t *testing.T) {
 
 	_, err = maint.Instrument(nil)
 	assert.ErrorContains(t, err, "maint: <nil> not supported")
+}
+
+// Servers replay the latest completion to every newly opted-in connection, a
+// few milliseconds after +OK (protocol.md, section 3). The pool's health
+// check then finds it on the idle connection: maint must read it there and
+// keep the connection, not let the pool discard it, which would make every
+// new connection one command long.
+func TestReplayedCompletionDoesNotChurnThePool(t *testing.T) {
+	for _, r := range routes {
+		t.Run(r.name, func(t *testing.T) {
+			srv := newReplayServer(t, 3*time.Millisecond)
+			rdb, m, _ := (&env{t: t}).client(r, &redis.Options{Addr: srv.addr, Protocol: 3, PoolSize: 1, MaxRetries: -1})
+			ctx := context.Background()
+			for i := 0; i < 30; i++ {
+				require.NoError(t, rdb.Ping(ctx).Err())
+				time.Sleep(20 * time.Millisecond)
+			}
+			t.Logf("connections accepted: %d; maint %+v", srv.accepted.Load(), m.Stats())
+			assert.LessOrEqual(t, srv.accepted.Load(), int64(2))
+			assert.NotZero(t, m.Stats().Notifications, "the replay was read")
+		})
+	}
+}
+
+// Two MOVINGs in a row, old -> new, then new -> third, on every route: the
+// second is acted on for the address the client dials, so nothing is left
+// on "new" for the server to close (the options route used to wrap each dial
+// twice and pin the successor's address instead).
+func TestChainedMovings(t *testing.T) {
+	for _, r := range routes {
+		t.Run(r.name, func(t *testing.T) {
+			e := newEnv(t)
+			third, err := e.emu.AddEndpoint("127.0.0.4:" + e.old.Port())
+			if err != nil {
+				third, err = e.emu.AddEndpoint("127.0.0.4:0")
+			}
+			require.NoError(t, err)
+			rdb, m, ev := e.client(r, e.options(16))
+			require.NoError(t, rdb.Ping(context.Background()).Err())
+			l := startLoad(rdb, 8)
+			waitFor(t, "load", 10*time.Second, func() bool { return e.old.Stats().Served > 100 })
+			e.old.Moving(mainttest.Moving{Window: 2 * time.Second, To: e.new, DNSHost: host, StopAccepting: true})
+			waitFor(t, "load on new", 10*time.Second, func() bool { return e.new.Stats().Served > 100 })
+			e.new.Moving(mainttest.Moving{Window: 3 * time.Second, To: third, StopAccepting: true})
+			e.waitEvent(e.new, mainttest.KindWindowEndClose, 15*time.Second)
+			waitFor(t, "load on third", 10*time.Second, func() bool { return third.Stats().Served > 100 })
+			l.stop()
+			t.Logf("ok=%d failed=%d; maint %+v", l.ok.Load(), l.failed.Load(), m.Stats())
+			assert.Zero(t, l.failed.Load(), "failed: %v; events:\n%s", l.errs, ev)
+			assert.Zero(t, e.old.Stats().ClosedAtWindowEnd)
+			assert.Zero(t, e.new.Stats().ClosedAtWindowEnd)
+		})
+	}
 }
