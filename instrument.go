@@ -30,6 +30,9 @@ func Instrument(rdb redis.UniversalClient, opts ...Option) (*Group, error) {
 		m := New(opts...)
 		c.AddHook(m)
 		g.add(m)
+		if n := c.PoolStats().TotalConns; n > 0 {
+			m.logf("maint: %d connections were made before maint was installed; they are not watched until the pool replaces them", n)
+		}
 	case *redis.ClusterClient:
 		c.OnNewNode(func(node *redis.Client) {
 			m := New(opts...)
