@@ -3,10 +3,15 @@
 package maint_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -46,11 +51,15 @@ const (
 // benchServer is a Redis server the benchmarks run against.
 type benchServer struct {
 	name string
-	addr string
+	// options returns the client options for it: go-redis's defaults, on its
+	// address.
+	options func() *redis.Options
 }
 
-// benchServers starts an embedded miniredis for b and adds the server named
-// by MAINT_TEST_REDIS, if any.
+// benchServers returns the servers: an in-memory one (no network, no
+// server work: the client's own cost per command, the worst case for the
+// ratio), an embedded miniredis started for b, and the Redis named by
+// MAINT_TEST_REDIS, if any.
 func benchServers(b *testing.B) []benchServer {
 	b.Helper()
 	mr, err := miniredis.Run()
@@ -58,28 +67,185 @@ func benchServers(b *testing.B) []benchServer {
 		b.Fatal(err)
 	}
 	b.Cleanup(mr.Close)
-	servers := []benchServer{{"miniredis", mr.Addr()}}
+	servers := []benchServer{
+		{"memory", func() *redis.Options {
+			return &redis.Options{Addr: "memory:6379", Dialer: func(context.Context, string, string) (net.Conn, error) {
+				return newMemConn()
+			}}
+		}},
+		{"miniredis", func() *redis.Options { return &redis.Options{Addr: mr.Addr()} }},
+	}
 	if addr := os.Getenv("MAINT_TEST_REDIS"); addr != "" {
-		servers = append(servers, benchServer{"redis", addr})
+		servers = append(servers, benchServer{"redis", func() *redis.Options { return &redis.Options{Addr: addr} }})
 	}
 	return servers
 }
 
+// memConn is a connection to an in-memory Redis that answers at once: GET
+// with benchValue, HELLO with a RESP3 map, CLIENT MAINT_NOTIFICATIONS with
+// the error of a server without support, anything else with +OK.
+//
+// Its SyscallConn is the socket of an idle socket pair, so that go-redis's
+// pool health check peeks a real, empty socket on every Get, as it does over
+// TCP, with or without maint.
+type memConn struct {
+	idle [2]*os.File // a socket pair nothing is ever written to
+
+	mu     sync.Mutex // guards the following
+	cond   sync.Cond
+	out    []byte // replies not yet read
+	in     []byte // a partial command
+	closed bool
+}
+
+func newMemConn() (*memConn, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	c := &memConn{idle: [2]*os.File{os.NewFile(uintptr(fds[0]), "idle0"), os.NewFile(uintptr(fds[1]), "idle1")}}
+	c.cond.L = &c.mu
+	return c, nil
+}
+
+// SyscallConn returns the idle socket's.
+func (c *memConn) SyscallConn() (syscall.RawConn, error) { return c.idle[0].SyscallConn() }
+
+var (
+	memHello = []byte("%7\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$5\r\n7.0.0\r\n" +
+		"$5\r\nproto\r\n:3\r\n$2\r\nid\r\n:1\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n" +
+		"$4\r\nrole\r\n$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n")
+	memGet         = []byte("$16\r\n" + benchValue + "\r\n")
+	memOK          = []byte("+OK\r\n")
+	memUnsupported = []byte("-ERR unknown subcommand 'maint_notifications'. Try CLIENT HELP.\r\n")
+)
+
+// Write answers every complete command in p.
+func (c *memConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return 0, net.ErrClosed
+	}
+	c.in = append(c.in, p...)
+	for {
+		name, arg1, n := memCommand(c.in)
+		if n == 0 {
+			break
+		}
+		c.in = c.in[:copy(c.in, c.in[n:])]
+		switch {
+		case strings.EqualFold(name, "get"):
+			c.out = append(c.out, memGet...)
+		case strings.EqualFold(name, "hello"):
+			c.out = append(c.out, memHello...)
+		case strings.EqualFold(name, "client") && strings.EqualFold(arg1, "maint_notifications"):
+			c.out = append(c.out, memUnsupported...)
+		default:
+			c.out = append(c.out, memOK...)
+		}
+	}
+	c.cond.Broadcast()
+	return len(p), nil
+}
+
+// memCommand parses one RESP command array at the start of b and returns its
+// name, its first argument and its length, or n == 0 if b holds no complete
+// command.
+func memCommand(b []byte) (name, arg1 string, n int) {
+	line := func(at int) (string, int) {
+		i := bytes.Index(b[at:], []byte("\r\n"))
+		if i < 0 {
+			return "", -1
+		}
+		return string(b[at : at+i]), at + i + 2
+	}
+	if len(b) == 0 || b[0] != '*' {
+		return "", "", 0
+	}
+	h, at := line(1)
+	if at < 0 {
+		return "", "", 0
+	}
+	argc, _ := strconv.Atoi(h)
+	for i := range argc {
+		if at >= len(b) || b[at] != '$' {
+			return "", "", 0
+		}
+		l, next := line(at + 1)
+		if next < 0 {
+			return "", "", 0
+		}
+		size, _ := strconv.Atoi(l)
+		if next+size+2 > len(b) {
+			return "", "", 0
+		}
+		switch i {
+		case 0:
+			name = string(b[next : next+size])
+		case 1:
+			arg1 = string(b[next : next+size])
+		}
+		at = next + size + 2
+	}
+	return name, arg1, at
+}
+
+// Read returns pending replies, waiting for some.
+func (c *memConn) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for len(c.out) == 0 && !c.closed {
+		c.cond.Wait()
+	}
+	if len(c.out) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, c.out)
+	c.out = c.out[:copy(c.out, c.out[n:])]
+	return n, nil
+}
+
+// Close closes the connection.
+func (c *memConn) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.closed {
+		c.closed = true
+		c.cond.Broadcast()
+		_ = c.idle[0].Close()
+		_ = c.idle[1].Close()
+	}
+	return nil
+}
+
+func (c *memConn) LocalAddr() net.Addr              { return memAddr{} }
+func (c *memConn) RemoteAddr() net.Addr             { return memAddr{} }
+func (c *memConn) SetDeadline(time.Time) error      { return nil }
+func (c *memConn) SetReadDeadline(time.Time) error  { return nil }
+func (c *memConn) SetWriteDeadline(time.Time) error { return nil }
+
+// memAddr is the address of both ends of a memConn.
+type memAddr struct{}
+
+func (memAddr) Network() string { return "memory" }
+func (memAddr) String() string  { return "127.0.0.1:6379" }
+
 // benchClient is one of the two clients compared.
 type benchClient struct {
 	name string
-	// open returns a client on addr and a function that closes it.
-	open func(addr string) (*redis.Client, func())
+	// open returns a client with opt and a function that closes it.
+	open func(opt *redis.Options) (*redis.Client, func())
 }
 
 var benchClients = []benchClient{
-	{"plain", func(addr string) (*redis.Client, func()) {
-		rdb := redis.NewClient(benchOptions(addr))
+	{"plain", func(opt *redis.Options) (*redis.Client, func()) {
+		rdb := redis.NewClient(opt)
 		return rdb, func() { _ = rdb.Close() }
 	}},
-	{"maint", func(addr string) (*redis.Client, func()) {
+	{"maint", func(opt *redis.Options) (*redis.Client, func()) {
 		// The one-line integration on the same default client.
-		rdb := redis.NewClient(benchOptions(addr))
+		rdb := redis.NewClient(opt)
 		m := maint.New(maint.WithLogf(func(string, ...any) {}))
 		rdb.AddHook(m)
 		return rdb, func() {
@@ -87,11 +253,6 @@ var benchClients = []benchClient{
 			_ = m.Close()
 		}
 	}},
-}
-
-// benchOptions are go-redis's defaults, on addr.
-func benchOptions(addr string) *redis.Options {
-	return &redis.Options{Addr: addr}
 }
 
 // benchLoad is one way of issuing commands.
@@ -230,7 +391,7 @@ func BenchmarkCommands(b *testing.B) {
 		for _, l := range benchLoads {
 			for _, c := range benchClients {
 				b.Run(fmt.Sprintf("server=%s/load=%s/client=%s", srv.name, l.name, c.name), func(b *testing.B) {
-					rdb, closeClient := c.open(srv.addr)
+					rdb, closeClient := c.open(srv.options())
 					defer closeClient()
 					prepare(b, rdb, l)
 					b.ReportAllocs()
@@ -275,9 +436,9 @@ func BenchmarkOverhead(b *testing.B) {
 	for _, srv := range benchServers(b) {
 		for _, l := range benchLoads {
 			b.Run(fmt.Sprintf("server=%s/load=%s", srv.name, l.name), func(b *testing.B) {
-				plain, closePlain := benchClients[0].open(srv.addr)
+				plain, closePlain := benchClients[0].open(srv.options())
 				defer closePlain()
-				mt, closeMaint := benchClients[1].open(srv.addr)
+				mt, closeMaint := benchClients[1].open(srv.options())
 				defer closeMaint()
 				prepare(b, plain, l)
 				prepare(b, mt, l)
