@@ -186,6 +186,9 @@ func printScenario(w io.Writer, s *settings, sr *scenarioReport) {
 		during = fmt.Sprintf(" (+%.1f to +%.1f)", *r.Timeline.Event, r.Timeline.DuringEnd)
 	}
 	t.row("latency of successful commands, ms (MaxRetries 3 run); (×n) = n times maint's")
+	perRun("  commands measured before / during", def, func(r *runResult) string {
+		return fmt.Sprintf("%d / %d", r.Before.Count, r.During.Count)
+	})
 	for _, phase := range []string{"before", "during"} {
 		for _, q := range []string{"p50", "p99", "max"} {
 			label := "  " + phase + " the event " + q
