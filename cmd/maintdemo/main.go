@@ -171,6 +171,16 @@ func run(args []string, stdout io.Writer, stderr *os.File) int {
 	}
 	if s.check && rep.MaintFailed > 0 {
 		fmt.Fprintf(stderr, "maintdemo: check failed: maint failed %d commands\n", rep.MaintFailed)
+		for _, sr := range rep.Scenarios {
+			for _, r := range sr.Runs {
+				if r.kind != clientMaint || r.Failed == 0 {
+					continue
+				}
+				for _, e := range r.Errors {
+					fmt.Fprintf(stderr, "  %s, MaxRetries %d: %d × %s\n", sr.Name, r.MaxRetries, e.Count, e.Error)
+				}
+			}
+		}
 		return 1
 	}
 	return 0
