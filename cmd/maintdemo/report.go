@@ -204,6 +204,12 @@ func printScenario(w io.Writer, s *settings, sr *scenarioReport) {
 	}
 	fmt.Fprintf(w, "\n== %s: %s\n\n", sr.Name, sr.Summary)
 	t.write(w)
+	if maintCol != nil {
+		if r := maintCol.defRetries; r != nil && r.Maint != nil && r.Maint.Held > 0 {
+			fmt.Fprintf(w, "\nmaint held %d commands (MaxRetries 3 run) until a connection to another node could be had,\n"+
+				"instead of failing them: they are the slow ones in its \"during\" latency.\n", r.Maint.Held)
+		}
+	}
 	printErrors(w, cols)
 }
 
@@ -305,6 +311,13 @@ func printErrors(w io.Writer, cols []column) {
 	}
 }
 
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
 func clip(s string, n int) string {
 	if len(s) <= n {
 		return s
@@ -316,8 +329,9 @@ func printSummary(w io.Writer, rep *report) {
 	if rep.MaintRuns == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\nmaint failed %d commands in %d runs (%d scenarios × MaxRetries -1 and 3).\n",
-		rep.MaintFailed, rep.MaintRuns, len(rep.Scenarios))
+	fmt.Fprintf(w, "\nmaint failed %d %s in %d runs (%d %s × MaxRetries -1 and 3).\n",
+		rep.MaintFailed, plural(rep.MaintFailed, "command", "commands"), rep.MaintRuns,
+		len(rep.Scenarios), plural(int64(len(rep.Scenarios)), "scenario", "scenarios"))
 }
 
 // table lays out rows: the first column left-aligned, the others right-aligned.
