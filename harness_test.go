@@ -28,7 +28,7 @@ type env struct {
 	emu      *mainttest.Emulator
 	old, new *mainttest.Endpoint
 	addr     string // host:port the clients dial
-	dials    *dialLog
+	dials    *mainttest.Recorder
 }
 
 func newEnv(t *testing.T) *env { return newEnvOn(t, "") }
@@ -49,7 +49,7 @@ func newEnvOn(t *testing.T, backend string) *env {
 	require.NoError(t, err)
 	emu.DNS().Set(host, old.IP())
 	e := &env{t: t, emu: emu, old: old, new: nw, addr: net.JoinHostPort(host, old.Port())}
-	e.dials = &dialLog{next: emu.Dialer()}
+	e.dials = mainttest.NewRecorder(emu.Dialer())
 	return e
 }
 
@@ -61,7 +61,7 @@ func (e *env) options(pool int) *redis.Options {
 		Protocol:     3,
 		PoolSize:     pool,
 		MaxRetries:   -1,
-		Dialer:       e.dials.dial,
+		Dialer:       e.dials.Dial,
 		ReadTimeout:  3 * time.Second,
 		WriteTimeout: 3 * time.Second,
 	}
@@ -99,60 +99,6 @@ func (e *env) client(r route, opt *redis.Options, opts ...maint.Option) (*redis.
 		_ = m.Close()
 	})
 	return rdb, m, ev
-}
-
-// dialLog records every connection the client makes and what it wrote.
-type dialLog struct {
-	next func(ctx context.Context, network, addr string) (net.Conn, error)
-	mu   sync.Mutex
-	all  []*loggedConn
-}
-
-type loggedConn struct {
-	net.Conn
-	remote  string
-	at      time.Time
-	written atomic.Int64
-	closed  atomic.Int64 // unix nanos when the client closed it
-}
-
-func (c *loggedConn) Write(p []byte) (int, error) {
-	c.written.Add(int64(len(p)))
-	return c.Conn.Write(p)
-}
-
-func (c *loggedConn) Close() error {
-	c.closed.CompareAndSwap(0, time.Now().UnixNano())
-	return c.Conn.Close()
-}
-
-func (d *dialLog) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	c, err := d.next(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	lc := &loggedConn{Conn: c, remote: c.RemoteAddr().String(), at: time.Now()}
-	d.mu.Lock()
-	d.all = append(d.all, lc)
-	d.mu.Unlock()
-	return lc, nil
-}
-
-func (d *dialLog) conns() []*loggedConn {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return append([]*loggedConn(nil), d.all...)
-}
-
-// openTo counts the client's connections to addr that it has not closed.
-func (d *dialLog) openTo(addr string) int {
-	n := 0
-	for _, c := range d.conns() {
-		if c.remote == addr && c.closed.Load() == 0 {
-			n++
-		}
-	}
-	return n
 }
 
 // eventLog collects the Maint's events.

@@ -128,13 +128,13 @@ func TestNullEndpointDNSAfterWindowEnd(t *testing.T) {
 
 // assertNoDoomedUse checks that no connection to addr dialled between since
 // and until (zero: no end) ever carried a byte.
-func assertNoDoomedUse(t *testing.T, d *dialLog, addr string, since, until time.Time) int {
+func assertNoDoomedUse(t *testing.T, d *mainttest.Recorder, addr string, since, until time.Time) int {
 	t.Helper()
 	landed := 0
-	for _, c := range d.conns() {
-		if c.remote == addr && c.at.After(since) && (until.IsZero() || c.at.Before(until)) {
+	for _, c := range d.Conns() {
+		if c.Remote == addr && c.Dialed.After(since) && (until.IsZero() || c.Dialed.Before(until)) {
 			landed++
-			assert.Zero(t, c.written.Load(), "a connection that landed back on %s carried bytes", addr)
+			assert.Zero(t, c.Written(), "a connection that landed back on %s carried bytes", addr)
 		}
 	}
 	return landed
@@ -226,10 +226,10 @@ func TestIdlePoolRetiredBeforeWindowEnd(t *testing.T) {
 			require.NoError(t, rdb.Ping(context.Background()).Err())
 			if r.name == "AddHook" {
 				burst := startLoad(rdb, 16)
-				waitFor(t, "a warm pool", 10*time.Second, func() bool { return e.dials.openTo(e.old.Addr()) >= 16 })
+				waitFor(t, "a warm pool", 10*time.Second, func() bool { return e.dials.OpenTo(e.old.Addr()) >= 16 })
 				burst.stop()
 			}
-			waitFor(t, "idle connections", 10*time.Second, func() bool { return e.dials.openTo(e.old.Addr()) >= 16 })
+			waitFor(t, "idle connections", 10*time.Second, func() bool { return e.dials.OpenTo(e.old.Addr()) >= 16 })
 			l := startLoad(rdb, 1)
 			waitFor(t, "load", 10*time.Second, func() bool { return e.old.Stats().Served > 50 })
 			window := 3 * time.Second
@@ -239,10 +239,9 @@ func TestIdlePoolRetiredBeforeWindowEnd(t *testing.T) {
 			st := e.old.Stats()
 			t.Logf("ok=%d failed=%d closed at window end %d; maint %+v; events:\n%s", l.ok.Load(), l.failed.Load(), st.ClosedAtWindowEnd, m.Stats(), ev)
 			assert.Zero(t, st.ClosedAtWindowEnd, "connections left for the server to close")
-			for _, c := range e.dials.conns() {
-				if c.remote == e.old.Addr() {
-					closed := c.closed.Load()
-					assert.True(t, closed != 0 && closed < end.At.UnixNano(), "connection to the old node not closed before the window's end")
+			for _, c := range e.dials.Conns() {
+				if c.Remote == e.old.Addr() {
+					assert.True(t, c.IsClosed() && c.Closed().Before(end.At), "connection to the old node not closed before the window's end")
 				}
 			}
 			assert.Zero(t, l.failed.Load(), "failed: %v", l.errs)
