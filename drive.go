@@ -148,7 +148,7 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 	prev := n.run.Swap(r)
 	t.run.Store(r)
 	if successor != "" {
-		t.pin.Store(&pin{addr: successor, until: h.Deadline(), gen: gen})
+		t.pin.Store(&pin{addr: successor, until: h.Deadline().Add(pinAfterWindow), gen: gen})
 	}
 	n.mu.Unlock()
 
@@ -163,6 +163,12 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 		r.apply(h.Finish())
 	}
 }
+
+// pinAfterWindow bounds how long a successor pin outlives its window while
+// the configured address still leads to the retired node. Once the window
+// is over the retired node may refuse connections; until DNS names another
+// node, the successor is where the data is.
+const pinAfterWindow = time.Minute
 
 // supersede ends a handoff that a later MOVING replaced.
 func (r *run) supersede() {
@@ -213,6 +219,11 @@ func (r *run) loop() {
 		}
 		now := time.Now()
 		act := r.advance(now)
+		if act.Has(handoff.Finish) && p.Successor != "" {
+			r.apply(act)
+			r.settle(every)
+			return
+		}
 		if ph := r.h.Phase(); probing && (ph == handoff.Awaiting || ph == handoff.Holding) && !now.Before(nextProbe) {
 			nextProbe = now.Add(every)
 			if r.probe() {
@@ -220,6 +231,40 @@ func (r *run) loop() {
 			}
 		}
 		r.apply(act)
+	}
+}
+
+// windowOver reports whether the handoff's window has ended.
+func (r *run) windowOver() bool { return !time.Now().Before(r.h.Deadline()) }
+
+// settle keeps a successor pin after the window while the configured
+// address still leads to the retired node: it probes the address through the
+// client's dial path and drops the pin as soon as a probe lands on another
+// node, when a later MOVING takes over, or at the pin's own bound.
+func (r *run) settle(every time.Duration) {
+	p := r.t.pin.Load()
+	if p == nil || p.gen != r.gen {
+		return
+	}
+	timer := time.NewTimer(every)
+	defer timer.Stop()
+	for {
+		select {
+		case <-timer.C:
+		case <-r.stop:
+			return
+		case <-r.m.ctx.Done():
+			return
+		}
+		if cur := r.t.pin.Load(); cur == nil || cur.gen != r.gen {
+			return // a later MOVING took over, or the pin expired
+		}
+		if !time.Now().Before(p.until) || r.probe() {
+			r.t.unpin(r.gen)
+			r.m.emit(Event{Kind: EventHandoffDone, Node: r.n.key, Seq: r.seq, Detail: "successor pin dropped"})
+			return
+		}
+		timer.Reset(every)
 	}
 }
 
@@ -375,7 +420,9 @@ func (r *run) apply(act handoff.Action) {
 		if h := r.hold.Load(); h != nil && m.hold.CompareAndSwap(h, nil) {
 			h.release()
 		}
-		r.t.unpin(r.gen)
+		if r.h.Params().Successor == "" || !r.windowOver() {
+			r.t.unpin(r.gen) // superseded, or closing: nothing to keep
+		}
 		r.n.run.CompareAndSwap(r, nil)
 		r.t.run.CompareAndSwap(r, nil)
 		m.emit(Event{Kind: EventHandoffDone, Node: r.n.key, Seq: r.seq})

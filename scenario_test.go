@@ -437,3 +437,40 @@ func TestChainedMovings(t *testing.T) {
 		})
 	}
 }
+
+// After a named-successor window the old node may refuse connections while
+// DNS still names it: new connections keep going to the successor until DNS
+// names another node, and the pin is dropped then.
+func TestSuccessorPinOutlivesTheWindowUntilDNSMoves(t *testing.T) {
+	e := newEnv(t)
+	rdb, _, ev := e.client(routes[0], e.options(16))
+	ctx := context.Background()
+	require.NoError(t, rdb.Ping(ctx).Err())
+	window := 2 * time.Second
+	e.old.Moving(mainttest.Moving{Window: window, To: e.new, StopAccepting: true})
+	waitFor(t, "the handoff", 5*time.Second, func() bool {
+		require.NoError(t, rdb.Ping(ctx).Err())
+		_, ok := ev.first(maint.EventRetire)
+		return ok
+	})
+	e.waitEvent(e.old, mainttest.KindWindowEndClose, window+10*time.Second)
+	// Past the window, DNS still names the old node, which refuses: a burst
+	// that needs new connections must still be served.
+	l := startLoad(rdb, 32)
+	waitFor(t, "the burst", 10*time.Second, func() bool { return l.ok.Load() > 2000 })
+	l.stop()
+	assert.Zero(t, l.failed.Load(), "failed: %v; events:\n%s", l.errs, ev)
+	assert.Zero(t, e.old.Stats().ClosedAtWindowEnd)
+
+	e.emu.DNS().Set(host, e.new.IP())
+	waitFor(t, "the pin to be dropped", 10*time.Second, func() bool {
+		ev.mu.Lock()
+		defer ev.mu.Unlock()
+		for _, x := range ev.evs {
+			if x.Detail == "successor pin dropped" {
+				return true
+			}
+		}
+		return false
+	})
+}
