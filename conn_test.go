@@ -143,7 +143,7 @@ func TestSuccessorPolicy(t *testing.T) {
 	assert.False(t, AllowNetworks("10.0.0.0/8")("redis.example:1"), "names are refused by an IP policy")
 }
 
-func TestStripsNotificationsAndCountsOwed(t *testing.T) {
+func TestStripsNotificationsAndCountsReplies(t *testing.T) {
 	m := New(WithLogf(t.Logf))
 	defer m.Close()
 	script := append([]byte("+OK\r\n"), resp.AppendMigrating(nil, 3, 0, `["1"]`)...)
@@ -151,10 +151,11 @@ func TestStripsNotificationsAndCountsOwed(t *testing.T) {
 	c, _ := wrapScript(t, m, script)
 	_, err := c.Write([]byte("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n*1\r\n$4\r\nPING\r\n"))
 	require.NoError(t, err)
-	assert.EqualValues(t, 3, c.owed.Load())
+	assert.True(t, c.busy.Load(), "a command in flight")
 	out := readAll(t, c)
 	assert.Equal(t, "+OK\r\n$3\r\nbar\r\n", string(out), "the MIGRATING is removed, nothing else")
-	assert.EqualValues(t, 1, c.owed.Load(), "two replies read, one owed")
+	assert.EqualValues(t, 2, c.replies.Load(), "two replies read; the notification is not one")
+	assert.False(t, c.busy.Load())
 	assert.True(t, c.n.relaxing())
 	assert.EqualValues(t, 1, m.Stats().Notifications)
 }
@@ -345,4 +346,15 @@ func TestLaterMovingWins(t *testing.T) {
 	readAll(t, c2)
 	assert.EqualValues(t, 2, m.Stats().Handoffs)
 	assert.Same(t, r, c.n.run.Load())
+}
+
+func TestSubscriberIsRecognisedByItsPushes(t *testing.T) {
+	m := New(WithLogf(t.Logf))
+	defer m.Close()
+	c, _ := wrapScript(t, m, []byte(">3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n"))
+	assert.False(t, c.sub.Load())
+	out := readAll(t, c)
+	assert.Contains(t, string(out), "subscribe", "a subscription push passes through")
+	assert.True(t, c.sub.Load())
+	assert.Zero(t, c.replies.Load(), "a push is not a reply")
 }

@@ -138,8 +138,12 @@ type conn struct {
 	remote string
 
 	state atomic.Uint32
-	owed  atomic.Int64 // commands written minus replies read
-	sub   atomic.Bool  // subscribed: replies are pushes, nothing is owed
+	// busy is set by a write and cleared by a complete reply: a connection
+	// closed while it is set had a command in flight (for a pipeline, until
+	// its first reply). replies counts complete replies read.
+	busy    atomic.Bool
+	replies atomic.Uint64
+	sub     atomic.Bool // a subscriber: its replies are pushes, it has nothing in flight
 	// checking is set by SyscallConn, the pool's health check, and cleared by
 	// the next deadline or write: while set, a read must not block, because
 	// the check peeks with no deadline and a stripped notification would
@@ -150,7 +154,6 @@ type conn struct {
 	readDL, writeDL atomic.Int64
 
 	rd resp.Stripper
-	wr resp.CmdScanner
 
 	// The health check (see SyscallConn). rawRC is the socket's RawConn,
 	// fetched once; check is the RawConn handed to go-redis; peekFn and
@@ -186,46 +189,43 @@ func (m *Maint) wrap(t *target, raw net.Conn, remote string) *conn {
 	c.rd.OnStripped = c.onNotification
 	c.rd.OnReply = c.onReply
 	c.rd.OnMalformed = c.onMalformedReply
-	c.wr.OnCommand = c.onCommand
-	c.wr.OnMalformed = c.onMalformedCommand
 	m.register(c, key)
 	return c
 }
 
 // strip reports whether a push is a maintenance notification to remove
-// from the stream: all seven names, until the Maint is closed.
+// from the stream: all seven names, until the Maint is closed. It is called
+// once per push frame, never for replies; a subscription's confirmation or
+// message marks the connection as a subscriber on the way.
 func (c *conn) strip(name []byte) bool {
-	if c.m.stopped.Load() {
-		return false
+	if _, ok := resp.KindOf(name); ok {
+		return !c.m.stopped.Load()
 	}
-	_, ok := resp.KindOf(name)
-	return ok
+	if !c.sub.Load() && isSubscription(name) {
+		c.sub.Store(true)
+	}
+	return false
 }
 
-func (c *conn) onReply() { c.owed.Add(-1) }
-
-func (c *conn) onCommand(cmd *resp.Cmd) {
-	switch cmd.Kind {
-	case resp.CmdSubscribe, resp.CmdMonitor:
-		c.sub.Store(true)
-	case resp.CmdUnsubscribe:
-		// Replies to unsubscribes are pushes too; the connection may leave
-		// subscriber mode, but go-redis keeps pub/sub connections apart.
-	default:
-		if !c.sub.Load() {
-			c.owed.Add(1)
-		}
+// isSubscription reports whether a push name belongs to a subscriber
+// connection (RESP3 pub/sub confirmations and messages).
+func isSubscription(name []byte) bool {
+	switch string(name) {
+	case "subscribe", "psubscribe", "ssubscribe", "message", "pmessage", "smessage":
+		return true
 	}
+	return false
+}
+
+func (c *conn) onReply() {
+	c.busy.Store(false)
+	c.replies.Add(1)
 }
 
 func (c *conn) onMalformedReply(err error) {
 	c.m.c.malformed.Add(1)
 	c.m.logf("maint: %s: reply stream cannot be framed, passing it through: %v", c.remote, err)
 	c.m.emit(Event{Kind: EventMalformed, Node: c.n.key, Detail: err.Error()})
-}
-
-func (c *conn) onMalformedCommand(err error) {
-	c.m.logf("maint: %s: command stream cannot be framed: %v", c.remote, err)
 }
 
 // Read returns the server's bytes minus maintenance notifications.
@@ -259,10 +259,11 @@ func (c *conn) readErr(err error) error {
 	return err
 }
 
-// Write counts the commands in p and writes it.
+// Write writes p. It does not parse it: the reply side tells what the
+// server still owes well enough, and the write path stays a pass-through.
 func (c *conn) Write(p []byte) (int, error) {
 	c.checking.Store(false)
-	c.wr.Scan(p)
+	c.busy.Store(true)
 	n, err := c.raw.Write(p)
 	return n, c.readErr(err)
 }
@@ -459,7 +460,7 @@ func (c *conn) pull() error {
 	if c.pullBuf == nil {
 		c.pullBuf = make([]byte, 4096)
 	}
-	owed := c.owed.Load()
+	replies := c.replies.Load()
 	_ = c.raw.SetReadDeadline(time.Now().Add(time.Millisecond))
 	defer func() { _ = c.raw.SetReadDeadline(time.Time{}) }()
 	for {
@@ -473,7 +474,7 @@ func (c *conn) pull() error {
 			return err
 		}
 	}
-	if c.owed.Load() != owed {
+	if c.replies.Load() != replies {
 		return errUnexpectedReply
 	}
 	return nil

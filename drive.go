@@ -412,9 +412,9 @@ func (r *run) apply(act handoff.Action) {
 		m.emit(Event{Kind: EventRelease, Node: r.n.key, Seq: r.seq})
 	}
 	if act.Has(handoff.CloseRemaining) {
-		closed, owed := m.closeRetired(r.n)
+		closed, busy := m.closeRetired(r.n)
 		m.emit(Event{Kind: EventDrainCap, Node: r.n.key, Seq: r.seq, Count: closed,
-			Detail: fmt.Sprintf("replies owed %d", owed)})
+			Detail: fmt.Sprintf("with a command in flight %d", busy)})
 	}
 	if act.Has(handoff.Finish) {
 		if h := r.hold.Load(); h != nil && m.hold.CompareAndSwap(h, nil) {

@@ -97,7 +97,7 @@ type Stats struct {
 	Handoffs      uint64 // handoffs started
 	Retired       uint64 // connections taken out of circulation
 	ClosedAtCap   uint64 // retired connections closed at the drain cap
-	LostAtCap     uint64 // replies owed by connections closed at the drain cap
+	BusyAtCap     uint64 // connections closed at the drain cap with a command in flight
 	Doomed        uint64 // new connections discarded for landing on a retiring node
 	Held          uint64 // commands that waited for a replacement
 	HeldTimeouts  uint64 // held commands whose context ended first
@@ -106,7 +106,7 @@ type Stats struct {
 }
 
 type counters struct {
-	notifications, malformed, handoffs, retired, closedAtCap, lostAtCap,
+	notifications, malformed, handoffs, retired, closedAtCap, busyAtCap,
 	doomed, held, heldTimeouts, relaxations, unsupported atomic.Uint64
 }
 
@@ -117,7 +117,7 @@ func (c *counters) snapshot() Stats {
 		Handoffs:      c.handoffs.Load(),
 		Retired:       c.retired.Load(),
 		ClosedAtCap:   c.closedAtCap.Load(),
-		LostAtCap:     c.lostAtCap.Load(),
+		BusyAtCap:     c.busyAtCap.Load(),
 		Doomed:        c.doomed.Load(),
 		Held:          c.held.Load(),
 		HeldTimeouts:  c.heldTimeouts.Load(),

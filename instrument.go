@@ -81,7 +81,7 @@ func (g *Group) Stats() Stats {
 		s.Handoffs += x.Handoffs
 		s.Retired += x.Retired
 		s.ClosedAtCap += x.ClosedAtCap
-		s.LostAtCap += x.LostAtCap
+		s.BusyAtCap += x.BusyAtCap
 		s.Doomed += x.Doomed
 		s.Held += x.Held
 		s.HeldTimeouts += x.HeldTimeouts

@@ -156,21 +156,23 @@ func (m *Maint) retire(n *node, refuse bool) int {
 	return count
 }
 
-// closeRetired closes the draining connections still open to n: the drain cap
-// has passed. It returns how many it closed and the replies they still owed.
-func (m *Maint) closeRetired(n *node) (closed int, owed int64) {
+// closeRetired closes the draining connections still open to n: the drain
+// cap has passed. It returns how many it closed and how many of those had a
+// command in flight.
+func (m *Maint) closeRetired(n *node) (closed, busy int) {
 	for _, c := range n.snapshot() {
 		if !c.draining() {
 			continue
 		}
-		if o := c.owed.Load(); o > 0 && !c.sub.Load() {
-			owed += o
-		}
+		wasBusy := c.busy.Load() && !c.sub.Load()
 		if c.closeWith(ErrDrainCap) {
 			closed++
+			if wasBusy {
+				busy++
+			}
 		}
 	}
 	m.c.closedAtCap.Add(uint64(closed))
-	m.c.lostAtCap.Add(uint64(owed))
-	return closed, owed
+	m.c.busyAtCap.Add(uint64(busy))
+	return closed, busy
 }

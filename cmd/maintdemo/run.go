@@ -146,7 +146,7 @@ type maintStats struct {
 	Handoffs      uint64 `json:"handoffs"`
 	Retired       uint64 `json:"retired"`
 	ClosedAtCap   uint64 `json:"closed_at_cap"`
-	LostAtCap     uint64 `json:"lost_at_cap"`
+	BusyAtCap     uint64 `json:"busy_at_cap"`
 	Doomed        uint64 `json:"doomed"`
 	Held          uint64 `json:"held"`
 	HeldTimeouts  uint64 `json:"held_timeouts"`
@@ -270,7 +270,7 @@ func (rn *runner) run(sc *scenario, k clientKind, maxRetries int) (*runResult, e
 	if m != nil {
 		st := m.Stats()
 		r.Maint = &maintStats{Notifications: st.Notifications, Handoffs: st.Handoffs, Retired: st.Retired,
-			ClosedAtCap: st.ClosedAtCap, LostAtCap: st.LostAtCap, Doomed: st.Doomed, Held: st.Held,
+			ClosedAtCap: st.ClosedAtCap, BusyAtCap: st.BusyAtCap, Doomed: st.Doomed, Held: st.Held,
 			HeldTimeouts: st.HeldTimeouts, Relaxations: st.Relaxations}
 	}
 	if k == clientBuiltin {

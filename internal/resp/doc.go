@@ -1,7 +1,7 @@
 // Package resp holds the byte-level RESP3 code shared by the client-side
 // connection wrapper and the in-process server emulator (mainttest).
 //
-// It has four parts:
+// It has three parts:
 //
 //   - ReadFrame and ReadCommand frame whole RESP2/RESP3 values from a
 //     bufio.Reader (emulator side; allocation is acceptable there).
@@ -9,14 +9,12 @@
 //     notifications described in docs/protocol.md, section 2.
 //   - ParsePush decodes one complete maintenance push frame into a
 //     Notification.
-//   - Stripper and CmdScanner are the client hot path: Stripper removes
-//     selected push frames from the byte stream a server sends, and
-//     CmdScanner classifies the commands a client writes. Both work
-//     incrementally on arbitrarily chunked input, without allocating in
-//     steady state.
+//   - Stripper is the client hot path: it removes selected push frames from
+//     the byte stream a server sends, and counts replies, incrementally on
+//     arbitrarily chunked input, without allocating in steady state.
 //
-// Nothing in this package starts goroutines or takes locks; a Stripper or a
-// CmdScanner belongs to one connection and must not be used concurrently.
+// Nothing in this package starts goroutines or takes locks; a Stripper
+// belongs to one connection and must not be used concurrently.
 //
 // All errors returned by this package are prefixed "resp:". Framing errors
 // wrap ErrMalformed.
