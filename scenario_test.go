@@ -474,3 +474,54 @@ func TestSuccessorPinOutlivesTheWindowUntilDNSMoves(t *testing.T) {
 		return false
 	})
 }
+
+// A caller holding a connection between commands (Conn(), a WATCH
+// transaction) looks idle; closing it at once would fail a command the
+// server would have let finish. Its next commands run on the old node until
+// the drain cap.
+func TestHeldConnectionsFinishTheirWork(t *testing.T) {
+	e := newEnv(t)
+	rdb, _, ev := e.client(routes[0], e.options(8))
+	ctx := context.Background()
+	require.NoError(t, rdb.Set(ctx, "k", "1", 0).Err())
+
+	held := rdb.Conn()
+	defer held.Close()
+	require.NoError(t, held.Ping(ctx).Err())
+
+	watching := make(chan struct{})
+	moved := make(chan struct{})
+	txErr := make(chan error, 1)
+	go func() {
+		txErr <- rdb.Watch(ctx, func(tx *redis.Tx) error {
+			v, err := tx.Get(ctx, "k").Int()
+			if err != nil {
+				return err
+			}
+			close(watching)
+			<-moved // the MOVING is handled while the transaction holds its connection
+			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.Set(ctx, "k", v+1, 0)
+				return nil
+			})
+			return err
+		}, "k")
+	}()
+	<-watching
+
+	// Another command reads the MOVING; the node is retired.
+	e.old.Moving(mainttest.Moving{Window: 4 * time.Second, To: e.new})
+	waitFor(t, "the retire", 5*time.Second, func() bool {
+		require.NoError(t, rdb.Ping(ctx).Err())
+		_, ok := ev.first(maint.EventRetire)
+		return ok
+	})
+	servedBefore := e.old.Stats().Served
+	close(moved)
+	require.NoError(t, <-txErr, "the WATCH transaction completes on the old node")
+	require.NoError(t, held.Ping(ctx).Err(), "the held connection still serves")
+	assert.Greater(t, e.old.Stats().Served, servedBefore, "both ran on the old node")
+	v, err := rdb.Get(ctx, "k").Int()
+	require.NoError(t, err)
+	assert.Equal(t, 2, v)
+}
