@@ -88,7 +88,7 @@ func newClient(k clientKind, d *database, s *settings, maxRetries int, logf func
 		Protocol:     3,
 		PoolSize:     s.pool,
 		MaxRetries:   maxRetries,
-		Dialer:       d.dials.dial,
+		Dialer:       d.dials.Dial,
 		ReadTimeout:  s.readTimeout,
 		WriteTimeout: s.readTimeout,
 	}

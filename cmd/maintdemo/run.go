@@ -29,7 +29,7 @@ type database struct {
 	emu     *mainttest.Emulator
 	old, nw *mainttest.Endpoint
 	addr    string // host:port the clients dial
-	dials   *dialLog
+	dials   *mainttest.Recorder
 
 	mu     sync.Mutex // guards timers
 	timers []*time.Timer
@@ -58,7 +58,7 @@ func openDatabase(s *settings) (*database, error) {
 	}
 	emu.DNS().Set(host, old.IP())
 	d := &database{emu: emu, old: old, nw: nw, addr: net.JoinHostPort(host, old.Port())}
-	d.dials = &dialLog{next: emu.Dialer()}
+	d.dials = mainttest.NewRecorder(emu.Dialer())
 	return d, nil
 }
 
@@ -318,10 +318,10 @@ func (rn *runner) timeline(d *database, sc *scenario, start, eventAt time.Time) 
 	tl.WindowEnd = at(windowEnd(evs, d.old.Addr(), eventAt))
 	old := d.old.Stats()
 	tl.OldServed, tl.NewServed = old.Served, d.nw.Stats().Served
-	tl.FailedDials = d.dials.failed.Load()
+	tl.FailedDials = d.dials.Failed()
 	if sc.moving {
 		tl.OldLastUsed = at(old.LastServed)
-		cs := d.dials.summary(d.old.Addr(), eventAt)
+		cs := summary(d.dials, d.old.Addr(), eventAt)
 		tl.OldOpenAtEnd = cs.openAtEnd
 		tl.OldAfterEvent = cs.usedSinceAt
 		if cs.openAtEnd == 0 {
