@@ -160,11 +160,7 @@ func readLineRest(r *bufio.Reader, dst []byte, max int) ([]byte, []byte, error) 
 // wrapping ErrMalformed for a framing error; and other read errors wrapped.
 // On error dst is returned with the bytes consumed so far appended.
 func ReadFrame(r *bufio.Reader, dst []byte) ([]byte, error) {
-	// left[d] counts the elements still expected by the aggregate at depth
-	// d+1; attr has bit d set when that aggregate is an attribute.
-	var left [MaxDepth]int64
-	var attr uint64
-	depth := 0
+	var nst nesting
 	started := false
 	for {
 		t, err := r.ReadByte()
@@ -211,34 +207,61 @@ func ReadFrame(r *bufio.Reader, dst []byte) ([]byte, error) {
 				n *= 2
 			}
 			if n > 0 {
-				if depth == MaxDepth {
-					return dst, malformed("aggregates nested deeper than %d", MaxDepth)
+				if err := nst.open(t, n); err != nil {
+					return dst, err
 				}
-				left[depth] = n
-				if t == '|' {
-					attr |= 1 << depth
-				} else {
-					attr &^= 1 << depth
-				}
-				depth++
 				continue
 			}
 			isAttr = t == '|'
 		}
 		// One value is complete: close every aggregate it completes.
-		for {
-			if depth == 0 {
-				return dst, nil
-			}
-			if !isAttr {
-				left[depth-1]--
-			}
-			if left[depth-1] > 0 {
-				break
-			}
-			depth--
-			isAttr = attr&(1<<depth) != 0
+		if nst.complete(isAttr) {
+			return dst, nil
 		}
+	}
+}
+
+// nesting tracks the aggregates a frame walker is inside: left[d] counts
+// the elements still expected by the aggregate at depth d+1, and attr has
+// bit d set when that aggregate is an attribute (whose entries do not count
+// as elements of the aggregate around it). ReadFrame and skipValue share it.
+type nesting struct {
+	left  [MaxDepth]int64
+	attr  uint64
+	depth int
+}
+
+// open enters an aggregate of type t expecting n (> 0) elements.
+func (s *nesting) open(t byte, n int64) error {
+	if s.depth == MaxDepth {
+		return malformed("aggregates nested deeper than %d", MaxDepth)
+	}
+	s.left[s.depth] = n
+	if t == '|' {
+		s.attr |= 1 << s.depth
+	} else {
+		s.attr &^= 1 << s.depth
+	}
+	s.depth++
+	return nil
+}
+
+// complete records that one value (an attribute if isAttr) is complete,
+// closes every aggregate it completes, and reports whether the top-level
+// value is complete.
+func (s *nesting) complete(isAttr bool) bool {
+	for {
+		if s.depth == 0 {
+			return true
+		}
+		if !isAttr {
+			s.left[s.depth-1]--
+		}
+		if s.left[s.depth-1] > 0 {
+			return false
+		}
+		s.depth--
+		isAttr = s.attr&(1<<s.depth) != 0
 	}
 }
 

@@ -398,9 +398,7 @@ func readElem(frame []byte, pos int) (elem, int, error) {
 // with the framing rules of ReadFrame (an attribute at pos is one value).
 // It is an error if b ends before the value does.
 func skipValue(b []byte, pos int) (int, error) {
-	var left [MaxDepth]int64
-	var attr uint64
-	depth := 0
+	var nst nesting
 	for {
 		if pos >= len(b) {
 			return 0, malformed("truncated frame")
@@ -443,32 +441,15 @@ func skipValue(b []byte, pos int) (int, error) {
 				n *= 2
 			}
 			if n > 0 {
-				if depth == MaxDepth {
-					return 0, malformed("aggregates nested deeper than %d", MaxDepth)
+				if err := nst.open(t, n); err != nil {
+					return 0, err
 				}
-				left[depth] = n
-				if t == '|' {
-					attr |= 1 << depth
-				} else {
-					attr &^= 1 << depth
-				}
-				depth++
 				continue
 			}
 			isAttr = t == '|'
 		}
-		for {
-			if depth == 0 {
-				return pos, nil
-			}
-			if !isAttr {
-				left[depth-1]--
-			}
-			if left[depth-1] > 0 {
-				break
-			}
-			depth--
-			isAttr = attr&(1<<depth) != 0
+		if nst.complete(isAttr) {
+			return pos, nil
 		}
 	}
 }
