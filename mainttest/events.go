@@ -53,6 +53,8 @@ const (
 	// SetMaintLatency applies from now until the matching completion.
 	KindMaintStart = "maint_start"
 	// KindWindowEndClose: a MOVING window ended; Detail has "closed=N owed=M".
+	// It is logged once those connections are closed, with At the moment the
+	// window ended.
 	KindWindowEndClose = "window_end_close"
 	// KindCloseAll: CloseAll closed the endpoint's connections.
 	KindCloseAll = "close_all"

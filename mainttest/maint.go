@@ -132,6 +132,10 @@ func (ep *Endpoint) Moving(m Moving) (seq int64) {
 // windowEnd closes the connections still on the endpoint when mv's window
 // (plus jitter) ends, unless a later MOVING superseded mv.
 func (ep *Endpoint) windowEnd(mv *movingOp) {
+	// The event carries the moment the window ended, not the moment the last
+	// of possibly hundreds of connections was closed: assertions compare
+	// client-side times against it.
+	at := time.Now()
 	ep.mu.Lock()
 	if ep.moving != mv {
 		ep.mu.Unlock()
@@ -143,7 +147,7 @@ func (ep *Endpoint) windowEnd(mv *movingOp) {
 		ep.setRefusing(true, "stop_accepting")
 	}
 	n, owed := ep.closeConns("window_end")
-	ep.e.event(Event{Endpoint: ep.addr, Kind: KindWindowEndClose, Seq: mv.seq,
+	ep.e.event(Event{At: at, Endpoint: ep.addr, Kind: KindWindowEndClose, Seq: mv.seq,
 		Detail: fmt.Sprintf("closed=%d owed=%d", n, owed)})
 }
 
