@@ -35,7 +35,8 @@ func (m *Maint) dialVia(next dialFunc) dialFunc {
 		t.next.Store(&next)
 		ctx = context.WithValue(ctx, dialKey{}, m)
 		for {
-			dialAddr, pinned := t.route(time.Now())
+			dialAddr, via := t.route(time.Now())
+			pinned := via != nil
 			raw, err := next(ctx, network, dialAddr)
 			if err != nil {
 				if pinned {
@@ -62,6 +63,12 @@ func (m *Maint) dialVia(next dialFunc) dialFunc {
 					_ = raw.Close()
 					m.c.doomed.Add(1)
 					m.emit(Event{Kind: EventDoomed, Node: r.n.key, Seq: r.seq, Detail: "landed on " + remote})
+					if pinned && t.pin.CompareAndSwap(via, nil) {
+						// The pin leads to the node being retired (it names
+						// it, or that successor is now moving itself): it is
+						// stale, and the configured address may do better.
+						continue
+					}
 					if err := r.waitChange(ctx); err != nil {
 						return nil, err
 					}
@@ -157,16 +164,22 @@ type conn struct {
 
 	// The health check (see SyscallConn). rawRC is the socket's RawConn,
 	// fetched once; check is the RawConn handed to go-redis; peekFn and
-	// peekState are the non-allocating callback and its result. pending holds
-	// bytes read off the socket during a check that were not notifications,
-	// delivered by the next Read.
+	// peekState are the non-allocating callback and its result. win is the
+	// window peeked when bytes are waiting (allocated the first time);
+	// winFn and takeFn peek it and take its first winWant bytes off the
+	// socket; winN and winGot are their results.
 	rawRC     syscall.RawConn
 	check     checkRawConn
 	peekFn    func(fd uintptr) bool
 	peekState uint8
 	peekBuf   [1]byte
-	pending   []byte
-	pullBuf   []byte
+	win       []byte
+	winFn     func(fd uintptr) bool
+	takeFn    func(fd uintptr) bool
+	winN      int
+	winWant   int
+	winGot    int
+	winErr    error
 
 	closeOnce sync.Once
 	closeErr  atomic.Pointer[error] // why the Maint closed it
@@ -186,6 +199,8 @@ func (m *Maint) wrap(t *target, raw net.Conn, remote string) *conn {
 	c.rd.Strip = c.strip
 	c.check.c = c
 	c.peekFn = c.peek
+	c.winFn = c.peekWindow
+	c.takeFn = c.take
 	c.rd.OnStripped = c.onNotification
 	c.rd.OnReply = c.onReply
 	c.rd.OnMalformed = c.onMalformedReply
@@ -230,11 +245,6 @@ func (c *conn) onMalformedReply(err error) {
 
 // Read returns the server's bytes minus maintenance notifications.
 func (c *conn) Read(p []byte) (int, error) {
-	if len(c.pending) > 0 {
-		n := copy(p, c.pending)
-		c.pending = c.pending[n:]
-		return n, nil
-	}
 	if c.checking.Swap(false) {
 		// Inside the pool's health check: only what is there already.
 		_ = c.raw.SetReadDeadline(time.Now().Add(2 * time.Millisecond))
@@ -442,7 +452,7 @@ func (r *checkRawConn) Read(f func(fd uintptr) bool) error {
 	case peekEmpty:
 		return nil
 	case peekData:
-		if err := c.pull(); err != nil {
+		if err := c.takeNotifications(); err != nil {
 			return err
 		}
 		if s := c.state.Load(); s != stateActive && s != stateFenced {
@@ -452,35 +462,59 @@ func (r *checkRawConn) Read(f func(fd uintptr) bool) error {
 	return c.rawRC.Read(f)
 }
 
-// pull reads what is waiting on the socket through the stripper: the
-// notifications among it are acted on; anything else waits in pending for the
-// next Read. A reply arriving on an idle connection is not what go-redis
-// expects: the check then fails, as go-redis's own would have.
-func (c *conn) pull() error {
-	if c.pullBuf == nil {
-		c.pullBuf = make([]byte, 4096)
+// maxTaken bounds the window peeked for notifications waiting on an idle
+// connection. A larger notification is left to the stream.
+const maxTaken = 8 << 10
+
+// takeNotifications takes off the socket the whole maintenance notifications
+// at its head, and nothing else, and acts on them: go-redis's own look at
+// the socket then sees exactly what remains (a reply that should not be
+// there, an invalidation for its client-side cache, a partial frame) and
+// judges it as it would without maint. It does nothing unless the reply
+// stream stands at a frame boundary.
+func (c *conn) takeNotifications() error {
+	if !c.rd.AtBoundary() {
+		return nil
 	}
-	replies := c.replies.Load()
-	_ = c.raw.SetReadDeadline(time.Now().Add(time.Millisecond))
-	defer func() { _ = c.raw.SetReadDeadline(time.Time{}) }()
-	for {
-		n, err := c.rd.Read(c.raw, c.pullBuf)
-		c.pending = append(c.pending, c.pullBuf[:n]...)
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				break // all that was there has been read
-			}
+	if c.win == nil {
+		c.win = make([]byte, maxTaken)
+	}
+	c.winN = 0
+	if err := c.rawRC.Read(c.winFn); err != nil {
+		return err
+	}
+	b := c.win[:c.winN]
+	n := 0
+	for n < len(b) {
+		l := resp.FrameLen(b[n:])
+		if l == 0 {
+			break
+		}
+		name, ok := resp.PushName(b[n : n+l])
+		if !ok || !c.strip(name) {
+			break
+		}
+		n += l
+	}
+	if n == 0 {
+		return nil
+	}
+	c.winWant, c.winGot, c.winErr = n, 0, nil
+	for c.winGot < c.winWant {
+		if err := c.rawRC.Read(c.takeFn); err != nil {
 			return err
 		}
+		if c.winErr != nil {
+			return c.winErr
+		}
 	}
-	if c.replies.Load() != replies {
-		return errUnexpectedReply
+	for n := 0; n < c.winWant; {
+		l := resp.FrameLen(c.win[n:c.winWant])
+		c.onNotification(c.win[n : n+l])
+		n += l
 	}
 	return nil
 }
-
-var errUnexpectedReply = errors.New("maint: unexpected reply on an idle connection")
 
 // idleRawConn is the RawConn of a connection whose socket is not reachable
 // (TLS): it reports nothing to read.

@@ -147,6 +147,9 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), changed: make(chan struct{})}
 	prev := n.run.Swap(r)
 	t.run.Store(r)
+	if p := t.pin.Load(); p != nil && classify.SameAddr(p.addr, n.key) {
+		t.pin.CompareAndSwap(p, nil) // the successor an earlier MOVING named is moving itself
+	}
 	if successor != "" {
 		t.pin.Store(&pin{addr: successor, until: h.Deadline().Add(pinAfterWindow), gen: gen})
 	}
@@ -259,7 +262,10 @@ func (r *run) settle(every time.Duration) {
 		if cur := r.t.pin.Load(); cur == nil || cur.gen != r.gen {
 			return // a later MOVING took over, or the pin expired
 		}
-		if !time.Now().Before(p.until) || r.probe() {
+		if !time.Now().Before(p.until) || classify.SameAddr(r.probeRemote(), p.addr) {
+			// The configured address leads to the successor itself now: DNS
+			// has caught up. (Landing merely somewhere other than the retired
+			// node could be an older retired node.)
 			r.t.unpin(r.gen)
 			r.m.emit(Event{Kind: EventHandoffDone, Node: r.n.key, Seq: r.seq, Detail: "successor pin dropped"})
 			return
@@ -283,24 +289,34 @@ func (r *run) advance(now time.Time) handoff.Action {
 // would (so a custom Dialer's resolution is honoured) and reports whether it
 // landed somewhere other than the retiring node. No command is sent.
 func (r *run) probe() bool {
-	nextp := r.t.next.Load()
-	if nextp == nil {
+	remote := r.probeRemote()
+	if remote == "" {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(r.m.ctx, time.Second)
-	defer cancel()
-	ctx = context.WithValue(ctx, dialKey{}, r.m) // below every Maint layer
-	raw, err := (*nextp)(ctx, "tcp", r.t.addr)
-	if err != nil {
-		return false
-	}
-	remote := remoteString(raw)
-	_ = raw.Close()
 	if classify.Judge(classify.Input{Remote: remote, Retiring: r.n.key, Identifying: true}) == classify.Replacement {
 		r.m.emit(Event{Kind: EventReplacement, Node: r.n.key, Seq: r.seq, Detail: "DNS now names " + remote})
 		return true
 	}
 	return false
+}
+
+// probeRemote dials the configured address below every Maint layer and
+// returns where it landed, or "" if the dial failed.
+func (r *run) probeRemote() string {
+	nextp := r.t.next.Load()
+	if nextp == nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(r.m.ctx, time.Second)
+	defer cancel()
+	ctx = context.WithValue(ctx, dialKey{}, r.m)
+	raw, err := (*nextp)(ctx, "tcp", r.t.addr)
+	if err != nil {
+		return ""
+	}
+	remote := remoteString(raw)
+	_ = raw.Close()
+	return remote
 }
 
 // judge classifies a new connection of the handoff's target.

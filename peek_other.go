@@ -2,9 +2,23 @@
 
 package maint
 
+import "errors"
+
 // peek cannot look at the socket on this platform: go-redis's own check
 // decides, as without maint.
 func (c *conn) peek(fd uintptr) bool {
 	c.peekState = peekOther
 	return true
 }
+
+func (c *conn) peekWindow(fd uintptr) bool {
+	c.winN = 0
+	return true
+}
+
+func (c *conn) take(fd uintptr) bool {
+	c.winErr = errNoPeek
+	return true
+}
+
+var errNoPeek = errors.New("maint: cannot take bytes off the socket on this platform")

@@ -2,7 +2,10 @@
 
 package maint
 
-import "syscall"
+import (
+	"io"
+	"syscall"
+)
 
 // peek looks at the socket without consuming or blocking, and records what it
 // found in c.peekState. It is a method value stored once per connection, so
@@ -16,6 +19,34 @@ func (c *conn) peek(fd uintptr) bool {
 		c.peekState = peekEmpty
 	default:
 		c.peekState = peekOther
+	}
+	return true
+}
+
+// peekWindow peeks as much of c.win as the socket holds, without consuming
+// or blocking; c.winN is how much.
+func (c *conn) peekWindow(fd uintptr) bool {
+	n, _, err := syscall.Recvfrom(int(fd), c.win, syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	if err != nil || n < 0 {
+		n = 0
+	}
+	c.winN = n
+	return true
+}
+
+// take reads bytes just peeked off the socket, into c.win[c.winGot:c.winWant].
+// Returning false when the socket would block lets the runtime wait for it.
+func (c *conn) take(fd uintptr) bool {
+	n, err := syscall.Read(int(fd), c.win[c.winGot:c.winWant])
+	switch {
+	case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
+		return false
+	case err != nil:
+		c.winErr = err
+	case n == 0:
+		c.winErr = io.ErrUnexpectedEOF
+	default:
+		c.winGot += n
 	}
 	return true
 }

@@ -26,15 +26,16 @@ type pin struct {
 	gen   uint64
 }
 
-// route returns where a new connection for t goes now.
-func (t *target) route(now time.Time) (addr string, pinned bool) {
+// route returns where a new connection for t goes now, and the pin that
+// sent it there, if any.
+func (t *target) route(now time.Time) (addr string, p *pin) {
 	if p := t.pin.Load(); p != nil {
 		if now.Before(p.until) {
-			return p.addr, true
+			return p.addr, p
 		}
 		t.pin.CompareAndSwap(p, nil)
 	}
-	return t.addr, false
+	return t.addr, nil
 }
 
 // unpin drops the pin if the generation gen still owns it.

@@ -1,6 +1,7 @@
 package resp
 
 import (
+	"bytes"
 	"errors"
 	"strconv"
 	"strings"
@@ -452,4 +453,35 @@ func skipValue(b []byte, pos int) (int, error) {
 			return pos, nil
 		}
 	}
+}
+
+// FrameLen returns the length of the complete top-level frame at the start
+// of b (an attribute counts as a frame of its own), or 0 when b holds only
+// part of one or cannot be framed.
+func FrameLen(b []byte) int {
+	if len(b) == 0 {
+		return 0
+	}
+	end, err := skipValue(b, 0)
+	if err != nil {
+		return 0
+	}
+	return end
+}
+
+// PushName returns the name of a complete push frame: its first element,
+// when that is a bulk or simple string. It reports false for anything else.
+func PushName(frame []byte) ([]byte, bool) {
+	if len(frame) == 0 || frame[0] != '>' {
+		return nil, false
+	}
+	i := bytes.IndexByte(frame, '\n')
+	if i < 0 || i+1 >= len(frame) {
+		return nil, false
+	}
+	e, _, err := readElem(frame, i+1)
+	if err != nil || !e.isString() {
+		return nil, false
+	}
+	return e.data, true
 }

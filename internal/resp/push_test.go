@@ -1,6 +1,7 @@
 package resp
 
 import (
+	"bytes"
 	"errors"
 	"reflect"
 	"strings"
@@ -133,5 +134,53 @@ func TestParsePushErrors(t *testing.T) {
 		if !errors.Is(err, ErrUnknownPush) || !strings.HasPrefix(err.Error(), "resp: ") {
 			t.Errorf("ParsePush(%q): want ErrUnknownPush, got %v", f, err)
 		}
+	}
+}
+
+func TestFrameLenAndPushName(t *testing.T) {
+	mv := AppendMoving(nil, 1, 15, "10.0.0.2:12000", false)
+	both := append(append([]byte{}, mv...), "+OK\r\n"...)
+	if n := FrameLen(both); n != len(mv) {
+		t.Fatalf("FrameLen = %d, want %d", n, len(mv))
+	}
+	if n := FrameLen(mv[:len(mv)-1]); n != 0 {
+		t.Fatalf("FrameLen of a partial frame = %d, want 0", n)
+	}
+	if n := FrameLen([]byte("?garbage")); n != 0 {
+		t.Fatalf("FrameLen of garbage = %d", n)
+	}
+	if name, ok := PushName(mv); !ok || string(name) != "MOVING" {
+		t.Fatalf("PushName = %q, %v", name, ok)
+	}
+	for _, f := range []string{"+OK\r\n", ">0\r\n", ">1\r\n:1\r\n", ""} {
+		if _, ok := PushName([]byte(f)); ok {
+			t.Fatalf("PushName(%q) reported a name", f)
+		}
+	}
+	if name, ok := PushName([]byte(">2\r\n+invalidate\r\n*1\r\n$3\r\nfoo\r\n")); !ok || string(name) != "invalidate" {
+		t.Fatalf("simple-string name: %q %v", name, ok)
+	}
+}
+
+func TestStripperAtBoundary(t *testing.T) {
+	var s Stripper
+	if !s.AtBoundary() {
+		t.Fatal("a new Stripper is at a boundary")
+	}
+	buf := make([]byte, 64)
+	s.Strip = func([]byte) bool { return true }
+	// A whole reply: back at a boundary.
+	if _, err := s.Read(bytes.NewReader([]byte("+OK\r\n")), buf); err != nil {
+		t.Fatal(err)
+	}
+	if !s.AtBoundary() {
+		t.Fatal("after a whole reply")
+	}
+	// Half a bulk: not at a boundary.
+	if _, err := s.Read(bytes.NewReader([]byte("$5\r\nab")), buf); err != nil {
+		t.Fatal(err)
+	}
+	if s.AtBoundary() {
+		t.Fatal("inside a bulk")
 	}
 }

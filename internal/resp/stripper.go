@@ -621,3 +621,12 @@ func (s *Stripper) fail(buf []byte, err error) int {
 	}
 	return s.w
 }
+
+// AtBoundary reports whether the Stripper stands between two top-level
+// frames with nothing held back, queued or failed: the next byte of the
+// stream starts a frame. A caller may then take whole frames off the stream
+// itself without the Stripper losing its place.
+func (s *Stripper) AtBoundary() bool {
+	return !s.dead && s.st == stType && s.depth == 0 && s.push == pushNone &&
+		s.nhold == 0 && s.qOff == s.qEnd && len(s.tail) == 0 && s.err == nil
+}
