@@ -202,11 +202,7 @@ func (ep *Endpoint) Migrating(startsIn time.Duration, shards string) (seq int64)
 // right after its +OK, until another MIGRATED or FAILED_OVER replaces it.
 func (ep *Endpoint) Migrated(shards string) (seq int64) {
 	seq = ep.e.nextSeq()
-	frame := resp.AppendMigrated(nil, seq, shards)
-	ep.broadcastEvent(KindMigrated, seq, frame, "", func() {
-		ep.migrating = nil
-		ep.completion, ep.completionK = frame, KindMigrated
-	})
+	ep.complete(KindMigrated, seq, resp.AppendMigrated(nil, seq, shards), &ep.migrating)
 	return seq
 }
 
@@ -224,12 +220,17 @@ func (ep *Endpoint) FailingOver(startsIn time.Duration, shards string) (seq int6
 // for replay on later opt-ins, like Migrated.
 func (ep *Endpoint) FailedOver(shards string) (seq int64) {
 	seq = ep.e.nextSeq()
-	frame := resp.AppendFailedOver(nil, seq, shards)
-	ep.broadcastEvent(KindFailedOver, seq, frame, "", func() {
-		ep.failingOver = nil
-		ep.completion, ep.completionK = frame, KindFailedOver
-	})
+	ep.complete(KindFailedOver, seq, resp.AppendFailedOver(nil, seq, shards), &ep.failingOver)
 	return seq
+}
+
+// complete sends a completion, ends the operation in slot and retains the
+// frame for replay on later opt-ins.
+func (ep *Endpoint) complete(kind string, seq int64, frame []byte, slot **maintOp) {
+	ep.broadcastEvent(kind, seq, frame, "", func() {
+		*slot = nil
+		ep.completion, ep.completionK = frame, kind
+	})
 }
 
 // SMigrating sends SMIGRATING with one slots string such as

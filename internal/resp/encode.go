@@ -29,40 +29,45 @@ func AppendMoving(dst []byte, seq, timeS int64, endpoint string, null bool) []by
 
 // AppendMigrating appends the full four-element MIGRATING push.
 func AppendMigrating(dst []byte, seq, startsInS int64, shards string) []byte {
-	dst = append(dst, ">4\r\n$9\r\nMIGRATING\r\n"...)
-	dst = AppendInt(dst, seq)
-	dst = AppendInt(dst, startsInS)
-	return AppendBulk(dst, shards)
+	return appendStarting(dst, ">4\r\n$9\r\nMIGRATING\r\n", seq, startsInS, shards)
 }
 
 // AppendMigrated appends the three-element MIGRATED push.
 func AppendMigrated(dst []byte, seq int64, shards string) []byte {
-	dst = append(dst, ">3\r\n$8\r\nMIGRATED\r\n"...)
-	dst = AppendInt(dst, seq)
-	return AppendBulk(dst, shards)
+	return appendSeqText(dst, ">3\r\n$8\r\nMIGRATED\r\n", seq, shards)
 }
 
 // AppendFailingOver appends the full four-element FAILING_OVER push.
 func AppendFailingOver(dst []byte, seq, startsInS int64, shards string) []byte {
-	dst = append(dst, ">4\r\n$12\r\nFAILING_OVER\r\n"...)
-	dst = AppendInt(dst, seq)
-	dst = AppendInt(dst, startsInS)
-	return AppendBulk(dst, shards)
+	return appendStarting(dst, ">4\r\n$12\r\nFAILING_OVER\r\n", seq, startsInS, shards)
 }
 
 // AppendFailedOver appends the three-element FAILED_OVER push.
 func AppendFailedOver(dst []byte, seq int64, shards string) []byte {
-	dst = append(dst, ">3\r\n$11\r\nFAILED_OVER\r\n"...)
-	dst = AppendInt(dst, seq)
-	return AppendBulk(dst, shards)
+	return appendSeqText(dst, ">3\r\n$11\r\nFAILED_OVER\r\n", seq, shards)
 }
 
 // AppendSMigrating appends an SMIGRATING push carrying one slots string
 // such as "123,456,789-1000".
 func AppendSMigrating(dst []byte, seq int64, slots string) []byte {
-	dst = append(dst, ">3\r\n$10\r\nSMIGRATING\r\n"...)
+	return appendSeqText(dst, ">3\r\n$10\r\nSMIGRATING\r\n", seq, slots)
+}
+
+// appendStarting appends a push header (the push length and the name) and
+// the seq, starts-in and shards elements of a MIGRATING or FAILING_OVER.
+func appendStarting(dst []byte, header string, seq, startsInS int64, shards string) []byte {
+	dst = append(dst, header...)
 	dst = AppendInt(dst, seq)
-	return AppendBulk(dst, slots)
+	dst = AppendInt(dst, startsInS)
+	return AppendBulk(dst, shards)
+}
+
+// appendSeqText appends a push header and the seq and text elements of a
+// completion or an SMIGRATING.
+func appendSeqText(dst []byte, header string, seq int64, text string) []byte {
+	dst = append(dst, header...)
+	dst = AppendInt(dst, seq)
+	return AppendBulk(dst, text)
 }
 
 // AppendSMigrated appends an SMIGRATED push: seq and an array of
