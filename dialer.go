@@ -39,6 +39,9 @@ func (m *Maint) dialVia(next dialFunc) dialFunc {
 			pinned := via != nil
 			raw, err := next(ctx, network, dialAddr)
 			if err != nil {
+				if pinned && !time.Now().Before(via.window) && t.pin.CompareAndSwap(via, nil) {
+					continue // past its window, a successor that does not answer is not worth keeping
+				}
 				if pinned {
 					return nil, fmt.Errorf("maint: dial successor %s of %s: %w", dialAddr, addr, err)
 				}

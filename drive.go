@@ -151,7 +151,7 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 		t.pin.CompareAndSwap(p, nil) // the successor an earlier MOVING named is moving itself
 	}
 	if successor != "" {
-		t.pin.Store(&pin{addr: successor, until: h.Deadline().Add(pinAfterWindow), gen: gen})
+		t.pin.Store(&pin{addr: successor, until: h.Deadline().Add(pinAfterWindow), window: h.Deadline(), gen: gen})
 	}
 	n.mu.Unlock()
 

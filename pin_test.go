@@ -41,3 +41,25 @@ func TestNullMovingOnTheSuccessorWhileItIsPinned(t *testing.T) {
 	assert.Zero(t, l.failed.Load(), "failed: %v; events:\n%s", l.errs, ev)
 	assert.Zero(t, e.new.Stats().ClosedAtWindowEnd)
 }
+
+// A successor pin kept past its window is dropped as soon as the successor
+// stops answering: the configured address is tried instead.
+func TestUnansweringSuccessorPinIsDroppedAfterTheWindow(t *testing.T) {
+	e := newEnv(t)
+	rdb, _, ev := e.client(routes[0], e.options(4))
+	ctx := context.Background()
+	require.NoError(t, rdb.Ping(ctx).Err())
+	e.old.Moving(mainttest.Moving{Window: time.Second, To: e.new})
+	waitFor(t, "the handoff", 5*time.Second, func() bool {
+		require.NoError(t, rdb.Ping(ctx).Err())
+		_, ok := ev.first(maint.EventRetire)
+		return ok
+	})
+	e.waitEvent(e.old, mainttest.KindWindowEndClose, 10*time.Second)
+	// DNS still names old, which accepts again; the successor goes away.
+	e.new.RefuseNew(true)
+	e.new.CloseAll()
+	for i := 0; i < 50; i++ {
+		require.NoError(t, rdb.Ping(ctx).Err(), "events:\n%s", ev)
+	}
+}

@@ -21,9 +21,10 @@ type target struct {
 // pin belongs to the generation of the MOVING that set it: a late decision of
 // an older handoff never clears a newer pin.
 type pin struct {
-	addr  string
-	until time.Time
-	gen   uint64
+	addr   string
+	until  time.Time // the window's end plus the time the pin may outlive it
+	window time.Time // the window's end
+	gen    uint64
 }
 
 // route returns where a new connection for t goes now, and the pin that
