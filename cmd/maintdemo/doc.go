@@ -90,7 +90,7 @@
 //	              latency_before and latency_during {count, p50_ms, p99_ms, max_ms},
 //	              timeline, blocking (blocking scenario), maint (maint's
 //	              counters: notifications, handoffs, retired, closed_at_cap,
-//	              lost_at_cap, doomed, held, held_timeouts, relaxations),
+//	              busy_at_cap, doomed, held, held_timeouts, relaxations),
 //	              builtin {active_handoffs_at_end}
 //	  timeline    seconds from the start of the load, absent when it did not
 //	              happen: event, dns_moved, slow_from, completion, window_end,
