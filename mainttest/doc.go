@@ -109,7 +109,9 @@
 // owed when the Emulator closed a connection: the commands a client lost.
 // Emulator.Events is a timestamped log of everything above, with stable
 // Kind names; WaitEvent lets a test block until an event happened instead
-// of sleeping.
+// of sleeping. A Recorder, set as the client's Dialer over Emulator.Dialer,
+// gives the client's side: where each connection landed, whether it ever
+// carried a byte, and when the client closed it.
 //
 // Emulator.Close closes every endpoint and connection and stops every
 // goroutine and timer the Emulator started; it is safe to call twice.
