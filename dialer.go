@@ -144,7 +144,6 @@ type conn struct {
 	m      *Maint
 	t      *target
 	n      *node
-	id     uint64
 	remote string
 
 	state atomic.Uint32
@@ -198,7 +197,7 @@ func (m *Maint) wrap(t *target, raw net.Conn, remote string) *conn {
 	if key == "" {
 		key = "?" + t.addr
 	}
-	c := &conn{raw: raw, m: m, t: t, id: m.nextID.Add(1), remote: remote}
+	c := &conn{raw: raw, m: m, t: t, remote: remote}
 	c.rd.Strip = c.strip
 	c.check.c = c
 	c.peekFn = c.peek

@@ -362,17 +362,7 @@ func (r *run) adopt(c *conn) {
 	if !retired || r.h.Phase() == handoff.Done {
 		return
 	}
-	refuse := r.h.Phase() != handoff.Holding || !r.m.hooked.Load()
-	if c.retire(refuse) {
-		c.n.epoch.Add(1)
-		c.refloor()
-		if refuse {
-			r.m.c.retired.Add(1)
-			if c.sub.Load() {
-				c.closeWith(ErrRetired)
-			}
-		}
-	}
+	r.m.retireConn(c, r.m.refuses(r.h.Phase() == handoff.Holding))
 }
 
 // waitChange is where a dial that landed on the retiring node waits before
@@ -408,7 +398,7 @@ func (r *run) apply(act handoff.Action) {
 		// Without the process hooks nothing holds commands before they take a
 		// connection, so the old connections are refused at once and commands
 		// wait in the dial path instead.
-		n := m.retire(r.n, !act.Has(handoff.Hold) || !m.hooked.Load())
+		n := m.retire(r.n, m.refuses(act.Has(handoff.Hold)))
 		_, capAt := r.h.Retired()
 		m.emit(Event{Kind: EventRetire, Node: r.n.key, Seq: r.seq, Count: n,
 			Detail: fmt.Sprintf("drain cap in %v", time.Until(capAt).Round(time.Millisecond))})

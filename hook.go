@@ -27,8 +27,7 @@ type Maint struct {
 	targets map[string]*target
 	nodes   map[string]*node
 
-	gen    atomic.Uint64 // generations of MOVINGs: a later one supersedes
-	nextID atomic.Uint64
+	gen atomic.Uint64 // generations of MOVINGs: a later one supersedes
 	// stopped is set by Close: the Maint steps aside, and its connections
 	// stop stripping notifications and relaxing deadlines.
 	stopped atomic.Bool

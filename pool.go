@@ -140,23 +140,38 @@ func (n *node) snapshot() []*conn {
 // on the replacement. The others drain: the pool's health check refuses them,
 // and commands already written finish.
 func (m *Maint) retire(n *node, refuse bool) int {
-	n.epoch.Add(1)
 	count := 0
 	for _, c := range n.snapshot() {
-		if !c.retire(refuse) {
-			continue
+		if m.retireConn(c, refuse) {
+			count++
 		}
-		count++
-		c.refloor()
-		if refuse && c.sub.Load() {
-			c.closeWith(ErrRetired)
-		}
-	}
-	if refuse {
-		m.c.retired.Add(uint64(count))
 	}
 	return count
 }
+
+// retireConn retires (refuse) or fences one connection and reports whether
+// its state changed. Its deadlines are floored anew (the node's epoch first,
+// so that a deadline setter racing with it redoes its work), and a retired
+// subscriber is closed at once.
+func (m *Maint) retireConn(c *conn, refuse bool) bool {
+	if !c.retire(refuse) {
+		return false
+	}
+	c.n.epoch.Add(1)
+	c.refloor()
+	if refuse {
+		m.c.retired.Add(1)
+		if c.sub.Load() {
+			c.closeWith(ErrRetired)
+		}
+	}
+	return true
+}
+
+// refuses reports whether retiring a node now refuses its connections to the
+// pool at once rather than fencing them: fencing is only for a hold, and
+// only when the process hooks can hold commands before they take one.
+func (m *Maint) refuses(holding bool) bool { return !holding || !m.hooked.Load() }
 
 // closeRetired closes the draining connections still open to n: the drain
 // cap has passed. It returns how many it closed and how many of those had a
