@@ -205,3 +205,17 @@ func (e *env) waitEvent(ep *mainttest.Endpoint, kind string, d time.Duration) ma
 	require.NoError(e.t, err, "waiting for %s on %s", kind, ep.Addr())
 	return ev
 }
+
+// pingUntilRetired sends PINGs (which read a waiting MOVING) until the Maint
+// has retired a node, and returns the retire event.
+func pingUntilRetired(t *testing.T, rdb *redis.Client, ev *eventLog) maint.Event {
+	t.Helper()
+	var retired maint.Event
+	waitFor(t, "the retire", 5*time.Second, func() bool {
+		require.NoError(t, rdb.Ping(context.Background()).Err())
+		var ok bool
+		retired, ok = ev.first(maint.EventRetire)
+		return ok
+	})
+	return retired
+}

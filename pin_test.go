@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/maintkit/maint"
 	"github.com/maintkit/maint/mainttest"
 )
 
@@ -22,11 +21,7 @@ func TestNullMovingOnTheSuccessorWhileItIsPinned(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, rdb.Ping(ctx).Err())
 	e.old.Moving(mainttest.Moving{Window: time.Second, To: e.new})
-	waitFor(t, "the handoff", 5*time.Second, func() bool {
-		require.NoError(t, rdb.Ping(ctx).Err())
-		_, ok := ev.first(maint.EventRetire)
-		return ok
-	})
+	pingUntilRetired(t, rdb, ev)
 	e.waitEvent(e.old, mainttest.KindWindowEndClose, 10*time.Second)
 	require.NoError(t, rdb.Ping(ctx).Err())
 
@@ -50,11 +45,7 @@ func TestUnansweringSuccessorPinIsDroppedAfterTheWindow(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, rdb.Ping(ctx).Err())
 	e.old.Moving(mainttest.Moving{Window: time.Second, To: e.new})
-	waitFor(t, "the handoff", 5*time.Second, func() bool {
-		require.NoError(t, rdb.Ping(ctx).Err())
-		_, ok := ev.first(maint.EventRetire)
-		return ok
-	})
+	pingUntilRetired(t, rdb, ev)
 	e.waitEvent(e.old, mainttest.KindWindowEndClose, 10*time.Second)
 	// DNS still names old, which accepts again; the successor goes away.
 	e.new.RefuseNew(true)

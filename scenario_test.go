@@ -153,15 +153,7 @@ func TestSuccessorNamingRetiringNodeIsNeverUsed(t *testing.T) {
 	// Commands read the MOVING and retire the node; the connection that read
 	// it drains. The next command needs a new connection, and every dial lands
 	// on the retiring node until the window is over.
-	var retiredAt time.Time
-	waitFor(t, "retire", 5*time.Second, func() bool {
-		require.NoError(t, rdb.Ping(ctx).Err())
-		if ev, ok := ev.first(maint.EventRetire); ok {
-			retiredAt = ev.At
-			return true
-		}
-		return false
-	})
+	retiredAt := pingUntilRetired(t, rdb, ev).At
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	require.NoError(t, rdb.Set(cctx, "a", "b", 0).Err())
@@ -448,11 +440,7 @@ func TestSuccessorPinOutlivesTheWindowUntilDNSMoves(t *testing.T) {
 	require.NoError(t, rdb.Ping(ctx).Err())
 	window := 2 * time.Second
 	e.old.Moving(mainttest.Moving{Window: window, To: e.new, StopAccepting: true})
-	waitFor(t, "the handoff", 5*time.Second, func() bool {
-		require.NoError(t, rdb.Ping(ctx).Err())
-		_, ok := ev.first(maint.EventRetire)
-		return ok
-	})
+	pingUntilRetired(t, rdb, ev)
 	e.waitEvent(e.old, mainttest.KindWindowEndClose, window+10*time.Second)
 	// Past the window, DNS still names the old node, which refuses: a burst
 	// that needs new connections must still be served.
@@ -511,11 +499,7 @@ func TestHeldConnectionsFinishTheirWork(t *testing.T) {
 
 	// Another command reads the MOVING; the node is retired.
 	e.old.Moving(mainttest.Moving{Window: 4 * time.Second, To: e.new})
-	waitFor(t, "the retire", 5*time.Second, func() bool {
-		require.NoError(t, rdb.Ping(ctx).Err())
-		_, ok := ev.first(maint.EventRetire)
-		return ok
-	})
+	pingUntilRetired(t, rdb, ev)
 	servedBefore := e.old.Stats().Served
 	close(moved)
 	require.NoError(t, <-txErr, "the WATCH transaction completes on the old node")
