@@ -257,7 +257,7 @@ func TestTimeoutErrorNamesTheMaintenance(t *testing.T) {
 	c, _ := wrapScript(t, m, nil)
 	plain := &net.OpError{Op: "read", Err: osTimeout{}}
 	assert.Same(t, error(plain), c.readErr(plain), "no maintenance: the error as it was")
-	m.relax(c.n, 5)
+	m.relax(c.n, resp.Notification{Kind: resp.KindMigrating, Seq: 5})
 	err := c.readErr(plain)
 	var te *TimeoutError
 	require.ErrorAs(t, err, &te)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/maintkit/maint/classify"
+	"github.com/maintkit/maint/handoff"
 	"github.com/maintkit/maint/internal/resp"
 )
 
@@ -24,8 +25,8 @@ type dialFunc = func(ctx context.Context, network, addr string) (net.Conn, error
 type dialKey struct{}
 
 // dialVia returns the dial path through the Maint: route (a successor pin),
-// dial, check the successor's TLS identity, judge the new connection while a
-// handoff is on, and wrap it.
+// dial, check the successor's TLS identity, judge the new connection against
+// every handoff in progress, and wrap it.
 func (m *Maint) dialVia(next dialFunc) dialFunc {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		if m.stopped.Load() || ctx.Value(dialKey{}) == m {
@@ -34,6 +35,7 @@ func (m *Maint) dialVia(next dialFunc) dialFunc {
 		t := m.target(addr)
 		t.next.Store(&next)
 		ctx = context.WithValue(ctx, dialKey{}, m)
+		quick := 0 // immediate retries after a doomed landing while a replacement can be had
 		for {
 			dialAddr, via := t.route(time.Now())
 			pinned := via != nil
@@ -50,39 +52,86 @@ func (m *Maint) dialVia(next dialFunc) dialFunc {
 			if c, ok := raw.(*conn); ok {
 				return c, nil // another Maint's: one client, two Maints
 			}
+			remote := remoteString(raw)
+			if t.tlsOn.Load() && !tlsInspectable(raw) {
+				t.opaque.Store(true)
+			}
 			if pinned {
-				if err := verifySuccessor(ctx, raw, addr); err != nil {
+				err := m.landing(via, remote)
+				if err == nil {
+					err = verifySuccessor(ctx, raw, addr)
+				}
+				if err != nil {
 					_ = raw.Close()
+					t.pin.CompareAndSwap(via, nil)
+					m.logf("maint: successor %s of %s rejected: %v", dialAddr, addr, err)
 					return nil, fmt.Errorf("%w: %s for %s: %w", ErrSuccessorRejected, dialAddr, addr, err)
 				}
 			}
-			remote := remoteString(raw)
 			if remote != "" {
 				t.lastRemote.Store(&remote)
 			}
-			if r := t.run.Load(); r != nil {
-				switch r.judge(remote) {
-				case classify.Doomed:
-					_ = raw.Close()
-					m.c.doomed.Add(1)
-					m.emit(Event{Kind: EventDoomed, Node: r.n.key, Seq: r.seq, Detail: "landed on " + remote})
-					if pinned && t.pin.CompareAndSwap(via, nil) {
-						// The pin leads to the node being retired (it names
-						// it, or that successor is now moving itself): it is
-						// stale, and the configured address may do better.
-						continue
-					}
-					if err := r.waitChange(ctx); err != nil {
-						return nil, err
-					}
+			if r, replaced := m.judge(t, remote); r != nil {
+				_ = raw.Close()
+				m.c.doomed.Add(1)
+				m.emit(Event{Kind: EventDoomed, Node: r.n.key, Seq: r.seq, Detail: "landed on " + remote})
+				if pinned && t.pin.CompareAndSwap(via, nil) {
+					// The pin leads to a node being retired (it names it, or
+					// that successor is now moving itself): it is stale, and
+					// the configured address may do better.
 					continue
-				case classify.Replacement:
+				}
+				if r.h.Phase() == handoff.Draining && quick < maxQuickRedials {
+					// A replacement can be had (DNS names several nodes, or
+					// has just moved): dial again at once.
+					quick++
+					continue
+				}
+				if err := r.waitChange(ctx); err != nil {
+					return nil, err
+				}
+				continue
+			} else {
+				for _, r := range replaced {
 					r.sawReplacement(remote)
 				}
 			}
 			return m.wrap(t, raw, remote), nil
 		}
 	}
+}
+
+// maxQuickRedials bounds the immediate redials after doomed landings while
+// a replacement can be had; past it a dial waits a probe interval between
+// tries.
+const maxQuickRedials = 3
+
+// judge passes judgement on a new connection of target t that reached
+// remote, against every handoff in progress: it returns the handoff whose
+// retiring node it landed on (doomed), or else the handoffs of t for which
+// it is a replacement.
+func (m *Maint) judge(t *target, remote string) (doomedBy *run, replaced []*run) {
+	rs := m.runs.Load()
+	if rs == nil {
+		return nil, nil
+	}
+	for _, r := range *rs {
+		switch r.judge(remote) {
+		case classify.Doomed:
+			return r, nil
+		case classify.Replacement:
+			if r.t == t {
+				replaced = append(replaced, r)
+			}
+		}
+	}
+	return nil, replaced
+}
+
+// tlsInspectable reports whether c shows its TLS state.
+func tlsInspectable(c net.Conn) bool {
+	_, ok := c.(interface{ ConnectionState() tls.ConnectionState })
+	return ok
 }
 
 // verifySuccessor makes a TLS connection to a successor prove the original
@@ -158,9 +207,10 @@ type conn struct {
 	// the check peeks with no deadline and a stripped notification would
 	// otherwise leave it waiting for bytes that never come.
 	checking atomic.Bool
-	// The deadlines go-redis asked for (unix nanoseconds, 0 for none), kept so
-	// that relaxation starting mid-read can extend a deadline already set.
-	readDL, writeDL atomic.Int64
+	// The deadlines: what go-redis asked for and what the socket has (see
+	// deadline.go), so that relaxation starting mid-read can extend a
+	// deadline already set, and a peek can restore one.
+	rdl, wdl deadline
 
 	rd resp.Stripper
 
@@ -251,7 +301,7 @@ func (c *conn) Read(p []byte) (int, error) {
 		// Inside the pool's health check: only what is there already.
 		_ = c.raw.SetReadDeadline(time.Now().Add(2 * time.Millisecond))
 		n, err := c.rd.Read(c.raw, p)
-		_ = c.raw.SetReadDeadline(time.Time{})
+		c.restoreRead()
 		return n, c.readErr(err)
 	}
 	n, err := c.rd.Read(c.raw, p)
@@ -325,77 +375,6 @@ func (c *conn) LocalAddr() net.Addr { return c.raw.LocalAddr() }
 
 // RemoteAddr returns the remote address.
 func (c *conn) RemoteAddr() net.Addr { return c.raw.RemoteAddr() }
-
-// SetDeadline sets both deadlines, relaxed where maintenance requires it.
-func (c *conn) SetDeadline(t time.Time) error {
-	c.checking.Store(false)
-	ns := unixNano(t)
-	c.readDL.Store(ns)
-	c.writeDL.Store(ns)
-	e := c.n.epoch.Load()
-	err := c.raw.SetDeadline(c.floor(t))
-	if c.n.epoch.Load() != e {
-		err = c.raw.SetDeadline(c.floor(t))
-	}
-	return err
-}
-
-// SetReadDeadline sets the read deadline, relaxed where maintenance requires it.
-func (c *conn) SetReadDeadline(t time.Time) error {
-	c.checking.Store(false)
-	c.readDL.Store(unixNano(t))
-	e := c.n.epoch.Load()
-	err := c.raw.SetReadDeadline(c.floor(t))
-	if c.n.epoch.Load() != e {
-		err = c.raw.SetReadDeadline(c.floor(t))
-	}
-	return err
-}
-
-// SetWriteDeadline sets the write deadline, relaxed where maintenance requires it.
-func (c *conn) SetWriteDeadline(t time.Time) error {
-	c.checking.Store(false)
-	c.writeDL.Store(unixNano(t))
-	e := c.n.epoch.Load()
-	err := c.raw.SetWriteDeadline(c.floor(t))
-	if c.n.epoch.Load() != e {
-		err = c.raw.SetWriteDeadline(c.floor(t))
-	}
-	return err
-}
-
-// refloor re-applies the floor to the deadlines already set: relaxation that
-// starts while a command waits for its reply covers that command too. The
-// node's epoch was bumped first, so a setter racing with this call redoes
-// its own work; a deadline the setter changed meanwhile is re-read.
-func (c *conn) refloor() {
-	if ns := c.readDL.Load(); ns != 0 {
-		_ = c.raw.SetReadDeadline(c.floor(time.Unix(0, ns)))
-		if cur := c.readDL.Load(); cur != ns {
-			_ = c.raw.SetReadDeadline(c.floor(fromUnixNano(cur)))
-		}
-	}
-	if ns := c.writeDL.Load(); ns != 0 {
-		_ = c.raw.SetWriteDeadline(c.floor(time.Unix(0, ns)))
-		if cur := c.writeDL.Load(); cur != ns {
-			_ = c.raw.SetWriteDeadline(c.floor(fromUnixNano(cur)))
-		}
-	}
-}
-
-func fromUnixNano(ns int64) time.Time {
-	if ns == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, ns)
-}
-
-func unixNano(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
 
 // SyscallConn serves go-redis's idle health check. A retired or closed
 // connection answers with an error, which makes the pool close it and dial a

@@ -3,9 +3,6 @@ package maint
 import (
 	"context"
 	"fmt"
-	"net"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -30,6 +27,9 @@ type run struct {
 	stop     chan struct{} // closed when superseded
 	changed  chan struct{} // closed and replaced at every phase change: wakes doomed dials
 	hold     atomic.Pointer[hold]
+	// probed receives the answer of a DNS probe, which runs beside the
+	// driver so that a slow or black-holed one never delays its timing.
+	probed chan bool
 }
 
 // onNotification handles one stripped maintenance push. It runs on the
@@ -51,14 +51,12 @@ func (c *conn) onNotification(frame []byte) {
 	switch nt.Kind {
 	case resp.KindMoving:
 		m.onMoving(c, nt)
-	case resp.KindMigrating, resp.KindFailingOver:
-		m.relax(c.n, nt.Seq)
+	case resp.KindMigrating, resp.KindFailingOver, resp.KindSMigrating:
+		m.relax(c.n, nt)
 	case resp.KindMigrated, resp.KindFailedOver:
-		m.relaxEnd(c.n, nt.Seq)
-	case resp.KindSMigrating:
-		m.relax(c.n, nt.Seq)
+		m.relaxEnd(c.n, nt)
 	case resp.KindSMigrated:
-		m.relaxEnd(c.n, nt.Seq)
+		m.relaxEnd(c.n, nt)
 		if f := m.s.onSMigrated; f != nil {
 			f()
 		}
@@ -80,80 +78,62 @@ func describe(nt resp.Notification) string {
 	return s
 }
 
-// validSuccessor checks the shape of a MOVING's endpoint: "host:port" with a
-// port in range and a host free of anything a name or address cannot hold.
-func validSuccessor(ep string) error {
-	host, port, err := net.SplitHostPort(ep)
-	if err != nil {
-		return err
-	}
-	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
-		return fmt.Errorf("bad port %q", port)
-	}
-	if host == "" || len(host) > 253 || strings.ContainsAny(host, " \t\r\n/\\@?#") {
-		return fmt.Errorf("bad host %q", host)
-	}
-	return nil
-}
-
 func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 	n, t := c.n, c.t
-	window := time.Duration(nt.Time) * time.Second
-	if nt.Time < 0 || window < 0 {
-		window = 0
-	}
-	if window > m.s.maxWindow || nt.Time > int64(m.s.maxWindow/time.Second) {
-		m.c.malformed.Add(1)
-		m.logf("maint: %s: MOVING window of %ds capped to %v", n.key, nt.Time, m.s.maxWindow)
-		window = m.s.maxWindow
-	}
-	successor := ""
-	if !nt.Null {
-		if err := validSuccessor(nt.Endpoint); err != nil {
-			m.c.malformed.Add(1)
-			m.logf("maint: %s: MOVING endpoint %q is not host:port (%v); treating it as null", n.key, nt.Endpoint, err)
-		} else if m.s.allow != nil && !m.s.allow(nt.Endpoint) {
-			m.logf("maint: %s: MOVING successor %s refused by AllowSuccessor; treating it as null", n.key, nt.Endpoint)
-			m.emit(Event{Kind: EventMalformed, Node: n.key, Seq: nt.Seq, Detail: "successor refused: " + nt.Endpoint})
-		} else {
-			successor = nt.Endpoint
-		}
-	}
-
-	n.mu.Lock()
-	cur := n.run.Load()
-	if (cur != nil && nt.Seq <= n.lastMoving) || (cur == nil && nt.Seq == n.lastMoving && nt.Seq != 0) {
-		// Another connection's copy of this MOVING, or a late copy of an older
-		// one: a later MOVING wins. The connection that read it still belongs
-		// with the others of its node.
-		n.mu.Unlock()
-		if cur != nil {
-			cur.adopt(c)
-		}
+	if nt.Time < 0 {
+		m.badInput(c, nt.Seq, fmt.Sprintf("MOVING with a negative window (%ds); ignored", nt.Time))
 		return
 	}
-	n.lastMoving = nt.Seq
+	window := time.Duration(nt.Time) * time.Second
+	if window > m.s.maxWindow || nt.Time > int64(m.s.maxWindow/time.Second) {
+		m.badInput(c, nt.Seq, fmt.Sprintf("MOVING window of %ds capped to %v", nt.Time, m.s.maxWindow))
+		window = m.s.maxWindow
+	}
+	successor := m.successor(c, nt)
+
+	now := monoNow()
+	m.mu.Lock()
+	if e, ok := m.seen.lookup(nt.Seq); ok {
+		m.mu.Unlock()
+		m.movingCopy(c, nt, e)
+		return
+	}
+	n.mu.Lock()
+	cur := n.run.Load()
+	if cur != nil && nt.Seq < cur.seq {
+		// A MOVING older than the one this node is handing off: a later
+		// MOVING wins. The connection belongs with the others of its node.
+		n.mu.Unlock()
+		m.mu.Unlock()
+		m.c.replayed.Add(1)
+		cur.adopt(c)
+		return
+	}
+	m.seen.add(nt.Seq, n.key, window, now)
 	gen := m.gen.Add(1)
 
-	now := time.Now()
+	start := time.Now()
 	ident := !m.s.fixed && classify.IdentifiesNodes(t.addr, successor != "")
 	h, first := handoff.New(handoff.Params{
 		Gen: gen, Seq: nt.Seq, Node: n.key, Successor: successor,
-		Start: now, Window: window,
+		Start: start, Window: window,
 		RelaxedTimeout: m.s.relaxed, HoldBudget: m.s.holdBudget,
 		Identifying: ident,
 	})
 	r := &run{m: m, n: n, t: t, h: h, gen: gen, seq: nt.Seq,
-		kick: make(chan struct{}, 1), stop: make(chan struct{}), changed: make(chan struct{})}
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), changed: make(chan struct{}),
+		probed: make(chan bool, 1)}
 	prev := n.run.Swap(r)
-	t.run.Store(r)
+	m.setRunsLocked(prev, r)
 	if p := t.pin.Load(); p != nil && classify.SameAddr(p.addr, n.key) {
 		t.pin.CompareAndSwap(p, nil) // the successor an earlier MOVING named is moving itself
 	}
 	if successor != "" {
-		t.pin.Store(&pin{addr: successor, until: h.Deadline().Add(pinAfterWindow), window: h.Deadline(), gen: gen})
+		t.pin.Store(&pin{addr: successor, until: h.Deadline().Add(pinAfterWindow), window: h.Deadline(), gen: gen,
+			fromLocal: isLocalAddr(n.key)})
 	}
 	n.mu.Unlock()
+	m.mu.Unlock()
 
 	if prev != nil {
 		prev.supersede()
@@ -165,6 +145,70 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 	if !m.goBackground(r.loop) {
 		r.apply(h.Finish())
 	}
+}
+
+// movingCopy handles a copy of a MOVING already acted on (same sequence id),
+// read on connection c. It joins c to that handoff if it is still running
+// on c's node; if that handoff is over, c reached a node that is moving,
+// after its connections were retired, and is retired at once. A copy
+// delivered by another node changes nothing.
+func (m *Maint) movingCopy(c *conn, nt resp.Notification, e seenMoving) {
+	m.c.replayed.Add(1)
+	if r := c.n.run.Load(); r != nil && r.seq == nt.Seq {
+		r.adopt(c)
+		return
+	}
+	if e.node == c.n.key && !c.sub.Load() {
+		if m.retireConn(c, true) {
+			m.emit(Event{Kind: EventRetire, Node: c.n.key, Seq: nt.Seq, Count: 1,
+				Detail: "joined a node after its handoff ended"})
+		}
+	}
+}
+
+// setRunsLocked replaces prev (if any) by r (if any) in the set of
+// handoffs in progress. m.mu is held.
+func (m *Maint) setRunsLocked(prev, r *run) {
+	var rs []*run
+	if cur := m.runs.Load(); cur != nil {
+		for _, x := range *cur {
+			if x != prev {
+				rs = append(rs, x)
+			}
+		}
+	}
+	if r != nil {
+		rs = append(rs, r)
+	}
+	if len(rs) == 0 {
+		m.runs.Store(nil)
+	} else {
+		m.runs.Store(&rs)
+	}
+}
+
+// endRun removes r from the handoffs in progress, if it is still there.
+func (m *Maint) endRun(r *run) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if cur := m.runs.Load(); cur != nil {
+		for _, x := range *cur {
+			if x == r {
+				m.setRunsLocked(r, nil)
+				break
+			}
+		}
+	}
+	r.n.run.CompareAndSwap(r, nil)
+	m.forgetIdleLocked(r.n)
+}
+
+// badInput counts, logs and reports a notification that is malformed or
+// absurd.
+func (m *Maint) badInput(c *conn, seq int64, what string) {
+	m.c.malformed.Add(1)
+	m.logf("maint: %s: %s", c.n.key, what)
+	m.emit(Event{Kind: EventMalformed, Node: c.n.key, Seq: seq, Detail: what})
 }
 
 // pinAfterWindow bounds how long a successor pin outlives its window while
@@ -188,6 +232,7 @@ func (r *run) loop() {
 	probing := p.Successor == "" && p.Identifying
 	every := handoff.ProbeInterval(p.Window)
 	nextProbe := time.Now().Add(every)
+	probeInFlight := false
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -196,7 +241,7 @@ func (r *run) loop() {
 		if ph == handoff.Done {
 			return
 		}
-		if probing && (ph == handoff.Awaiting || ph == handoff.Holding) && (wake.IsZero() || nextProbe.Before(wake)) {
+		if probing && !probeInFlight && (ph == handoff.Awaiting || ph == handoff.Holding) && (wake.IsZero() || nextProbe.Before(wake)) {
 			wake = nextProbe
 		}
 		d := time.Until(wake)
@@ -207,6 +252,17 @@ func (r *run) loop() {
 		select {
 		case <-timer.C:
 		case <-r.kick:
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+		case ok := <-r.probed:
+			probeInFlight = false
+			if ok {
+				r.replaced.Store(true)
+			}
 			if !timer.Stop() {
 				select {
 				case <-timer.C:
@@ -227,11 +283,9 @@ func (r *run) loop() {
 			r.settle(every)
 			return
 		}
-		if ph := r.h.Phase(); probing && (ph == handoff.Awaiting || ph == handoff.Holding) && !now.Before(nextProbe) {
+		if ph := r.h.Phase(); probing && !probeInFlight && (ph == handoff.Awaiting || ph == handoff.Holding) && !now.Before(nextProbe) {
 			nextProbe = now.Add(every)
-			if r.probe() {
-				act |= r.h.Replacement(time.Now())
-			}
+			probeInFlight = r.m.goBackground(func() { r.probed <- r.probe() })
 		}
 		r.apply(act)
 	}
@@ -404,17 +458,16 @@ func (r *run) apply(act handoff.Action) {
 			Detail: fmt.Sprintf("drain cap in %v", time.Until(capAt).Round(time.Millisecond))})
 	}
 	if act.Has(handoff.Hold) {
-		h := &hold{released: make(chan struct{}), until: r.h.Deadline().Add(m.s.holdBudget)}
+		h := &hold{node: r.n.key, released: make(chan struct{}), until: r.h.Deadline().Add(m.s.holdBudget)}
 		r.hold.Store(h)
-		m.hold.Store(h)
+		m.addHold(h)
 		m.emit(Event{Kind: EventHold, Node: r.n.key, Seq: r.seq})
 	}
 	if h := r.hold.Load(); act.Has(handoff.Release) && h != nil {
 		if !act.Has(handoff.Finish) {
 			m.retire(r.n, true) // a replacement can be had: refuse what is left
 		}
-		m.hold.CompareAndSwap(h, nil)
-		h.release()
+		m.releaseHold(h)
 		m.emit(Event{Kind: EventRelease, Node: r.n.key, Seq: r.seq})
 	}
 	if act.Has(handoff.CloseRemaining) {
@@ -423,14 +476,13 @@ func (r *run) apply(act handoff.Action) {
 			Detail: fmt.Sprintf("with a command in flight %d", busy)})
 	}
 	if act.Has(handoff.Finish) {
-		if h := r.hold.Load(); h != nil && m.hold.CompareAndSwap(h, nil) {
-			h.release()
+		if h := r.hold.Load(); h != nil {
+			m.releaseHold(h)
 		}
 		if r.h.Params().Successor == "" || !r.windowOver() {
 			r.t.unpin(r.gen) // superseded, or closing: nothing to keep
 		}
-		r.n.run.CompareAndSwap(r, nil)
-		r.t.run.CompareAndSwap(r, nil)
+		m.endRun(r)
 		m.emit(Event{Kind: EventHandoffDone, Node: r.n.key, Seq: r.seq})
 	}
 	// Wake dials waiting out a doomed landing: the phase may have changed.

@@ -36,22 +36,30 @@ const (
 	EventRelaxEnd
 	// EventUnsupported: the endpoint refused the opt-in handshake.
 	EventUnsupported
+	// EventSuccessorRefused: a MOVING named a successor that the policy
+	// refused; the MOVING is treated as a null endpoint.
+	EventSuccessorRefused
+	// EventMisuse: maint found itself installed in a way that switches part
+	// of it off (logged once; Detail says what).
+	EventMisuse
 )
 
 var eventNames = [...]string{
-	EventNotification: "notification",
-	EventMalformed:    "malformed",
-	EventHandoff:      "handoff",
-	EventRetire:       "retire",
-	EventHold:         "hold",
-	EventRelease:      "release",
-	EventDrainCap:     "drain-cap",
-	EventDoomed:       "doomed",
-	EventReplacement:  "replacement",
-	EventHandoffDone:  "handoff-done",
-	EventRelax:        "relax",
-	EventRelaxEnd:     "relax-end",
-	EventUnsupported:  "unsupported",
+	EventNotification:     "notification",
+	EventMalformed:        "malformed",
+	EventHandoff:          "handoff",
+	EventRetire:           "retire",
+	EventHold:             "hold",
+	EventRelease:          "release",
+	EventDrainCap:         "drain-cap",
+	EventDoomed:           "doomed",
+	EventReplacement:      "replacement",
+	EventHandoffDone:      "handoff-done",
+	EventRelax:            "relax",
+	EventRelaxEnd:         "relax-end",
+	EventUnsupported:      "unsupported",
+	EventSuccessorRefused: "successor-refused",
+	EventMisuse:           "misuse",
 }
 
 // String returns the kind's name.
@@ -94,6 +102,8 @@ func (e Event) String() string {
 type Stats struct {
 	Notifications uint64 // maintenance notifications read
 	Malformed     uint64 // pushes ignored as malformed or absurd
+	Replayed      uint64 // copies and late copies of notifications already acted on, which changed nothing
+	Oversize      uint64 // maintenance pushes larger than maint buffers: removed from the stream, not acted on
 	Handoffs      uint64 // handoffs started
 	Retired       uint64 // connections taken out of circulation
 	ClosedAtCap   uint64 // retired connections closed at the drain cap
@@ -103,10 +113,30 @@ type Stats struct {
 	HeldTimeouts  uint64 // held commands whose context ended first
 	Relaxations   uint64 // relaxations started
 	Unsupported   uint64 // endpoints that refused the opt-in handshake
+	// RefusedSuccessors counts MOVING successors refused by the policy.
+	RefusedSuccessors uint64
+}
+
+// add adds o to s.
+func (s *Stats) add(o Stats) {
+	s.Notifications += o.Notifications
+	s.Malformed += o.Malformed
+	s.Replayed += o.Replayed
+	s.Oversize += o.Oversize
+	s.Handoffs += o.Handoffs
+	s.Retired += o.Retired
+	s.ClosedAtCap += o.ClosedAtCap
+	s.BusyAtCap += o.BusyAtCap
+	s.Doomed += o.Doomed
+	s.Held += o.Held
+	s.HeldTimeouts += o.HeldTimeouts
+	s.Relaxations += o.Relaxations
+	s.Unsupported += o.Unsupported
+	s.RefusedSuccessors += o.RefusedSuccessors
 }
 
 type counters struct {
-	notifications, malformed, handoffs, retired, closedAtCap, busyAtCap,
+	notifications, malformed, replayed, oversize, refusedSuccessors, handoffs, retired, closedAtCap, busyAtCap,
 	doomed, held, heldTimeouts, relaxations, unsupported atomic.Uint64
 }
 
@@ -114,6 +144,8 @@ func (c *counters) snapshot() Stats {
 	return Stats{
 		Notifications: c.notifications.Load(),
 		Malformed:     c.malformed.Load(),
+		Replayed:      c.replayed.Load(),
+		Oversize:      c.oversize.Load(),
 		Handoffs:      c.handoffs.Load(),
 		Retired:       c.retired.Load(),
 		ClosedAtCap:   c.closedAtCap.Load(),
@@ -123,5 +155,7 @@ func (c *counters) snapshot() Stats {
 		HeldTimeouts:  c.heldTimeouts.Load(),
 		Relaxations:   c.relaxations.Load(),
 		Unsupported:   c.unsupported.Load(),
+
+		RefusedSuccessors: c.refusedSuccessors.Load(),
 	}
 }

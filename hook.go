@@ -31,10 +31,21 @@ type Maint struct {
 	// stopped is set by Close: the Maint steps aside, and its connections
 	// stop stripping notifications and relaxing deadlines.
 	stopped atomic.Bool
-	// hold is non-nil while commands must wait for a replacement. The process
-	// hooks read it once per command: the whole cost of the hook when no
+	// holds is non-nil while commands must wait for a replacement: one hold
+	// per node whose window is ending with no replacement to be had. It is
+	// replaced, never changed in place (copy on write, under mu). The process
+	// hooks load it once per command: the whole cost of the hook when no
 	// maintenance is going on.
-	hold atomic.Pointer[hold]
+	holds atomic.Pointer[[]*hold]
+	// runs are the handoffs in progress, one per retiring node, copied on
+	// write under mu: every new connection is judged against all of them.
+	runs atomic.Pointer[[]*run]
+	// seen remembers the MOVINGs acted on, by sequence id (ids are per
+	// database), so that a copy or a late copy changes nothing. Guarded by
+	// mu; bounded (see seen.go).
+	seen seenMovings
+	// registered counts registrations, to sweep idle nodes now and then.
+	registered uint64
 	// hooked is set once go-redis has taken the process hooks (AddHook):
 	// only then can commands be held before they take a connection.
 	hooked atomic.Bool
@@ -77,8 +88,8 @@ func (m *Maint) DialHook(next redis.DialHook) redis.DialHook {
 func (m *Maint) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	m.hooked.Store(true)
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if h := m.hold.Load(); h != nil {
-			if err := m.waitHold(ctx, h); err != nil {
+		if m.holds.Load() != nil {
+			if err := m.waitHolds(ctx); err != nil {
 				cmd.SetErr(err)
 				return err
 			}
@@ -91,8 +102,8 @@ func (m *Maint) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // whole pipeline waits, so nothing is split across nodes.
 func (m *Maint) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if h := m.hold.Load(); h != nil {
-			if err := m.waitHold(ctx, h); err != nil {
+		if m.holds.Load() != nil {
+			if err := m.waitHolds(ctx); err != nil {
 				for _, cmd := range cmds {
 					cmd.SetErr(err)
 				}
@@ -103,8 +114,9 @@ func (m *Maint) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 	}
 }
 
-// hold is one period during which commands wait.
+// hold is one node's period during which commands wait.
 type hold struct {
+	node     string
 	released chan struct{}
 	once     sync.Once
 	until    time.Time // the hold budget's end, a bound for waiters
@@ -112,8 +124,78 @@ type hold struct {
 
 func (h *hold) release() { h.once.Do(func() { close(h.released) }) }
 
+// addHold puts h in force.
+func (m *Maint) addHold(h *hold) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var hs []*hold
+	if cur := m.holds.Load(); cur != nil {
+		hs = append(hs, *cur...)
+	}
+	hs = append(hs, h)
+	m.holds.Store(&hs)
+}
+
+// releaseHold ends h, and h only: another node's hold stays in force.
+func (m *Maint) releaseHold(h *hold) {
+	m.mu.Lock()
+	if cur := m.holds.Load(); cur != nil {
+		hs := make([]*hold, 0, len(*cur))
+		for _, x := range *cur {
+			if x != h {
+				hs = append(hs, x)
+			}
+		}
+		if len(hs) == 0 {
+			m.holds.Store(nil)
+		} else {
+			m.holds.Store(&hs)
+		}
+	}
+	m.mu.Unlock()
+	h.release()
+}
+
+// waitHolds makes a command wait until no hold is in force, each hold
+// bounded by its own budget, all by ctx.
+func (m *Maint) waitHolds(ctx context.Context) error {
+	counted := false
+	for {
+		hs := m.holds.Load()
+		if hs == nil {
+			return nil
+		}
+		var h *hold
+		now := time.Now()
+		for _, x := range *hs {
+			select {
+			case <-x.released:
+				continue
+			default:
+			}
+			if now.Before(x.until) {
+				h = x
+				break
+			}
+		}
+		if h == nil {
+			return nil // every hold's budget is spent: let the command try
+		}
+		if !counted {
+			counted = true
+			m.c.held.Add(1)
+		}
+		if err := m.waitHold(ctx, h); err != nil {
+			return err
+		}
+		if m.ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// waitHold waits for one hold, bounded by its budget and ctx.
 func (m *Maint) waitHold(ctx context.Context, h *hold) error {
-	m.c.held.Add(1)
 	d := time.Until(h.until)
 	if d <= 0 {
 		return nil
@@ -129,7 +211,7 @@ func (m *Maint) waitHold(ctx context.Context, h *hold) error {
 		return nil // closed: step aside
 	case <-ctx.Done():
 		m.c.heldTimeouts.Add(1)
-		return fmt.Errorf("%w: %w", ErrHeld, ctx.Err())
+		return fmt.Errorf("%w on %s: %w", ErrHeld, h.node, ctx.Err())
 	}
 }
 
@@ -171,8 +253,10 @@ func (m *Maint) Close() error {
 	m.mu.Unlock()
 	m.stopped.Store(true)
 	m.cancel()
-	if h := m.hold.Swap(nil); h != nil {
-		h.release()
+	if hs := m.holds.Swap(nil); hs != nil {
+		for _, h := range *hs {
+			h.release()
+		}
 	}
 	m.wg.Wait()
 	return nil

@@ -75,18 +75,7 @@ func (g *Group) Maints() []*Maint {
 func (g *Group) Stats() Stats {
 	var s Stats
 	for _, m := range g.Maints() {
-		x := m.Stats()
-		s.Notifications += x.Notifications
-		s.Malformed += x.Malformed
-		s.Handoffs += x.Handoffs
-		s.Retired += x.Retired
-		s.ClosedAtCap += x.ClosedAtCap
-		s.BusyAtCap += x.BusyAtCap
-		s.Doomed += x.Doomed
-		s.Held += x.Held
-		s.HeldTimeouts += x.HeldTimeouts
-		s.Relaxations += x.Relaxations
-		s.Unsupported += x.Unsupported
+		s.add(m.Stats())
 	}
 	return s
 }

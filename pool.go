@@ -11,11 +11,19 @@ type target struct {
 	addr string
 
 	pin         atomic.Pointer[pin] // successor to dial instead, during a window
-	run         atomic.Pointer[run] // the handoff judging this target's new connections
 	unsupported atomic.Bool         // the endpoint refused the opt-in handshake
 	lastRemote  atomic.Pointer[string]
 	next        atomic.Pointer[dialFunc] // the dial path below the Maint, for DNS probes
+	// tlsOn is set by Configure when the client uses TLS; opaque when a
+	// connection of the target hid its TLS state (a Dialer returning a
+	// wrapped *tls.Conn), so that a successor could not be verified.
+	tlsOn, opaque, warnedOpaque atomic.Bool
+	lastUse                     atomic.Int64 // mono: the last dial
 }
+
+// tlsOpaque reports whether the target uses TLS through connections whose
+// TLS state cannot be inspected.
+func (t *target) tlsOpaque() bool { return t.tlsOn.Load() && t.opaque.Load() }
 
 // pin routes new connections of a target to a successor until a deadline. A
 // pin belongs to the generation of the MOVING that set it: a late decision of
@@ -25,6 +33,9 @@ type pin struct {
 	until  time.Time // the window's end plus the time the pin may outlive it
 	window time.Time // the window's end
 	gen    uint64
+	// fromLocal: the node that named it is reached at a local address, so
+	// a local successor is allowed (see successor.go).
+	fromLocal bool
 }
 
 // route returns where a new connection for t goes now, and the pin that
@@ -60,15 +71,16 @@ type node struct {
 
 	run atomic.Pointer[run] // the handoff retiring this node, if any
 
-	// Relaxation: in force while now < relaxUntil (unix nanoseconds; 0 means
-	// none). relaxSeq is the id of the MIGRATING or FAILING_OVER that started
-	// it; a completion with an older id is a replay and changes nothing.
+	// Relaxation (relax.go): in force while now < relaxUntil (mono; 0 means
+	// none), read on every deadline set. ops, ended and tailUntil are
+	// guarded by mu.
 	relaxUntil atomic.Int64
+	ops        []op
+	ended      []int64
+	tailUntil  mono
 	// epoch changes whenever deadlines must be floored anew (relaxation
 	// starts, connections are retired); see conn.refloor.
-	epoch    atomic.Uint64
-	relaxSeq atomic.Int64
-	doneSeq  atomic.Int64
+	epoch atomic.Uint64
 }
 
 func (m *Maint) target(addr string) *target {
@@ -79,6 +91,7 @@ func (m *Maint) target(addr string) *target {
 		t = &target{addr: addr}
 		m.targets[addr] = t
 	}
+	t.lastUse.Store(monoNow())
 	return t
 }
 
@@ -96,6 +109,9 @@ func (m *Maint) register(c *conn, key string) {
 	c.n = n
 	r := n.run.Load()
 	n.mu.Unlock()
+	if m.registered++; m.registered%64 == 0 {
+		m.sweepLocked()
+	}
 	m.mu.Unlock()
 	if r != nil {
 		r.adopt(c) // it may have been judged before the handoff began
@@ -116,12 +132,36 @@ func (m *Maint) unregister(c *conn) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.forgetIdleLocked(n)
+}
+
+// forgetIdleLocked forgets n if it has no connection, no handoff and no
+// relaxation in force: the registry holds the live nodes only. m.mu is held.
+func (m *Maint) forgetIdleLocked(n *node) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if len(n.conns) == 0 && n.run.Load() == nil && !n.relaxing() && m.nodes[n.key] == n {
 		delete(m.nodes, n.key)
 	}
 }
+
+// sweepLocked forgets every idle node (a node kept while it was relaxed
+// is idle once relaxation ends), and every target with nothing to remember
+// that was not dialled for a while. m.mu is held.
+func (m *Maint) sweepLocked() {
+	for _, n := range m.nodes {
+		m.forgetIdleLocked(n)
+	}
+	now := monoNow()
+	for k, t := range m.targets {
+		if t.pin.Load() == nil && now-t.lastUse.Load() > int64(targetIdle) && !t.unsupported.Load() {
+			delete(m.targets, k)
+		}
+	}
+}
+
+// targetIdle is how long a target is kept after its last dial.
+const targetIdle = 10 * time.Minute
 
 // snapshot returns the node's connections.
 func (n *node) snapshot() []*conn {

@@ -2,101 +2,167 @@ package maint
 
 import (
 	"fmt"
-	"time"
+
+	"github.com/maintkit/maint/internal/resp"
 )
 
-// relax starts (or keeps) relaxation of n's timeouts for the MIGRATING or
-// FAILING_OVER with id seq. It lasts until a completion plus the tail, and no
-// longer than the relax cap.
-func (m *Maint) relax(n *node, seq int64) {
+// Relaxation is per node and per operation. A node may have several
+// operations open at once (MIGRATING 10, FAILING_OVER 11, then MIGRATED 12
+// ends only the migration): it stays relaxed while any is open, until the
+// tail after the last completion, and never past any open operation's cap.
+//
+// A completion names no start, only its own sequence id: it ends the open
+// operation of its kind (MIGRATED ends a MIGRATING, FAILED_OVER a
+// FAILING_OVER, SMIGRATED an SMIGRATING) with the same shards, else the
+// oldest of its kind, and only one that began before it (a lower id).
+// Anything else is a replay (servers replay the latest completion to every
+// new connection, for hours) and changes nothing.
+
+// op is one open MIGRATING, FAILING_OVER or SMIGRATING on a node.
+type op struct {
+	kind   resp.Kind
+	seq    int64
+	shards string
+	capAt  mono // relaxation for this operation ends here if no completion comes
+}
+
+// maxOps bounds the operations remembered open on a node; past it the
+// oldest is dropped (it still ends at its cap, through relaxUntil).
+const maxOps = 16
+
+// maxEnded bounds the sequence ids remembered as ended on a node, so that a
+// late copy of a start that has already completed is not taken for a new one.
+const maxEnded = 16
+
+// startOf returns the kind of operation a completion ends.
+func startOf(k resp.Kind) resp.Kind {
+	switch k {
+	case resp.KindMigrated:
+		return resp.KindMigrating
+	case resp.KindFailedOver:
+		return resp.KindFailingOver
+	case resp.KindSMigrated:
+		return resp.KindSMigrating
+	}
+	return 0
+}
+
+// relax opens an operation on n (a MIGRATING, FAILING_OVER or SMIGRATING)
+// and relaxes n's timeouts until it completes, capped.
+func (m *Maint) relax(n *node, nt resp.Notification) {
 	if m.s.relaxed < 0 {
 		return
 	}
-	for {
-		cur := n.relaxSeq.Load()
-		if seq <= cur {
-			return // another connection's copy, or an older event
-		}
-		if n.relaxSeq.CompareAndSwap(cur, seq) {
-			break
+	now := monoNow()
+	n.mu.Lock()
+	for _, o := range n.ops {
+		if o.seq == nt.Seq {
+			n.mu.Unlock()
+			return // another connection's copy
 		}
 	}
-	until := time.Now().Add(m.s.relaxCap)
-	n.relaxUntil.Store(until.UnixNano())
+	for _, s := range n.ended {
+		if s == nt.Seq {
+			n.mu.Unlock()
+			return // a late copy of an operation that has completed
+		}
+	}
+	if len(n.ops) == maxOps {
+		n.ops = append(n.ops[:0], n.ops[1:]...)
+	}
+	n.ops = append(n.ops, op{kind: nt.Kind, seq: nt.Seq, shards: opShards(nt), capAt: now + int64(m.s.relaxCap)})
+	n.updateRelaxLocked(now)
+	open := len(n.ops)
+	n.mu.Unlock()
+
 	n.epoch.Add(1)
 	for _, c := range n.snapshot() {
 		c.refloor()
 	}
 	m.c.relaxations.Add(1)
-	m.emit(Event{Kind: EventRelax, Node: n.key, Seq: seq,
-		Detail: fmt.Sprintf("floor %v, cap %v", m.s.relaxed, m.s.relaxCap)})
+	m.emit(Event{Kind: EventRelax, Node: n.key, Seq: nt.Seq, Count: open,
+		Detail: fmt.Sprintf("%v floor %v, cap %v", nt.Kind, m.s.relaxed, m.s.relaxCap)})
 }
 
-// relaxEnd ends n's relaxation after the tail, for the completion with id
-// seq. A completion older than the relaxation it would end, or arriving when
-// nothing is relaxed, is a replay (servers replay the latest completion to
-// every newly opted-in connection, for hours): it changes nothing.
-func (m *Maint) relaxEnd(n *node, seq int64) {
-	if seq <= n.relaxSeq.Load() {
-		return
+// opShards is what matches a start to its completion.
+func opShards(nt resp.Notification) string {
+	if nt.Kind == resp.KindSMigrating {
+		return ""
 	}
-	u := n.relaxUntil.Load()
-	if u == 0 || time.Now().UnixNano() >= u {
-		return
+	return nt.Shards
+}
+
+// relaxEnd handles a completion on n: it ends the operation it completes,
+// and once none is open, relaxation ends after the tail.
+func (m *Maint) relaxEnd(n *node, nt resp.Notification) {
+	start := startOf(nt.Kind)
+	shards := ""
+	if nt.Kind != resp.KindSMigrated {
+		shards = nt.Shards
 	}
-	for {
-		cur := n.doneSeq.Load()
-		if seq <= cur {
-			return // another connection's copy
+	now := monoNow()
+	n.mu.Lock()
+	at := -1
+	for i, o := range n.ops {
+		if o.kind != start || o.seq >= nt.Seq || o.capAt <= now {
+			continue
 		}
-		if n.doneSeq.CompareAndSwap(cur, seq) {
+		if o.shards == shards {
+			at = i
 			break
 		}
-	}
-	end := time.Now().Add(m.s.tail).UnixNano()
-	if end < u {
-		n.relaxUntil.CompareAndSwap(u, end)
-	}
-	m.emit(Event{Kind: EventRelaxEnd, Node: n.key, Seq: seq, Detail: fmt.Sprintf("tail %v", m.s.tail)})
-}
-
-// floor returns the deadline t raised, where maintenance requires it, to at
-// least now plus the relaxed timeout. A zero t (no deadline) stays zero:
-// relaxation never shortens a longer or infinite timeout. While nothing is
-// relaxed it costs two atomic loads.
-func (c *conn) floor(t time.Time) time.Time {
-	if t.IsZero() {
-		return t
-	}
-	relax := c.draining() // a drain is not cut short by a timeout meant for a healthy server
-	if u := c.n.relaxUntil.Load(); u != 0 {
-		if time.Now().UnixNano() < u {
-			relax = true
-		} else {
-			c.n.relaxUntil.CompareAndSwap(u, 0)
+		if at < 0 {
+			at = i // the oldest of its kind, unless one matches its shards
 		}
 	}
-	if !relax || c.m.s.relaxed < 0 || c.m.stopped.Load() {
-		return t
+	if at < 0 {
+		n.mu.Unlock()
+		return // a replay, a copy, or the completion of an operation past its cap
 	}
-	now := time.Now()
-	if t.Sub(now) < minRelaxable {
-		// go-redis's own probes (push drains, client-side caching) use 1ms and
-		// 50ms deadlines on purpose: raised, they would wait seconds on an
-		// idle connection.
-		return t
+	ended := n.ops[at].seq
+	n.ops = append(n.ops[:at], n.ops[at+1:]...)
+	if len(n.ended) == maxEnded {
+		n.ended = append(n.ended[:0], n.ended[1:]...)
 	}
-	if min := now.Add(c.m.s.relaxed); t.Before(min) {
-		return min
+	n.ended = append(n.ended, ended)
+	if t := now + int64(m.s.tail); t > n.tailUntil {
+		n.tailUntil = t
 	}
-	return t
+	n.updateRelaxLocked(now)
+	open := len(n.ops)
+	n.mu.Unlock()
+	m.emit(Event{Kind: EventRelaxEnd, Node: n.key, Seq: nt.Seq, Count: open,
+		Detail: fmt.Sprintf("%v ends seq %d; tail %v; %d still open", nt.Kind, ended, m.s.tail, open)})
 }
 
-// minRelaxable is the shortest deadline relaxation raises.
-const minRelaxable = 75 * time.Millisecond
+// updateRelaxLocked sets relaxUntil from the open operations (each until its
+// cap) and the tail of the last completion, forgetting operations past their
+// cap.
+func (n *node) updateRelaxLocked(now mono) {
+	until := n.tailUntil
+	k := 0
+	for _, o := range n.ops {
+		if o.capAt <= now {
+			continue
+		}
+		n.ops[k] = o
+		k++
+		if o.capAt > until {
+			until = o.capAt
+		}
+	}
+	n.ops = n.ops[:k]
+	if until <= now {
+		until = 0
+	}
+	n.relaxUntil.Store(until)
+}
+
+// relaxingAt reports whether n's timeouts are relaxed at now.
+func (n *node) relaxingAt(now mono) bool {
+	u := n.relaxUntil.Load()
+	return u != 0 && now < u
+}
 
 // relaxing reports whether n's timeouts are relaxed now.
-func (n *node) relaxing() bool {
-	u := n.relaxUntil.Load()
-	return u != 0 && time.Now().UnixNano() < u
-}
+func (n *node) relaxing() bool { return n.relaxingAt(monoNow()) }

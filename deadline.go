@@ -1,0 +1,165 @@
+package maint
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// The deadlines of a connection have one owner: the type below. go-redis
+// asks for a deadline (asked); maint puts a floor under it while the node is
+// relaxed or the connection drains (applied). Both are kept on a monotonic
+// clock, so a step of the wall clock neither ends relaxation early nor
+// stretches it.
+
+// monoBase is the origin of maint's monotonic clock: durations since it are
+// read from the monotonic clock, whatever the wall clock does.
+var monoBase = time.Now()
+
+// mono is a point on the monotonic clock: nanoseconds since monoBase. The
+// zero mono means "none" (no deadline, no relaxation).
+type mono = int64
+
+// monoNow is now on the monotonic clock; it is never zero.
+func monoNow() mono { return int64(time.Since(monoBase)) | 1 }
+
+// toMono converts a deadline; the zero time (no deadline) is 0. A time
+// before monoBase becomes 1, a deadline long passed.
+func toMono(t time.Time) mono {
+	if t.IsZero() {
+		return 0
+	}
+	d := int64(t.Sub(monoBase))
+	if d <= 0 {
+		return 1
+	}
+	return d
+}
+
+// fromMono converts back; the result carries a monotonic reading.
+func fromMono(m mono) time.Time {
+	if m == 0 {
+		return time.Time{}
+	}
+	return monoBase.Add(time.Duration(m))
+}
+
+// deadline is one direction (read or write) of a connection's deadline.
+type deadline struct {
+	asked   atomic.Int64 // mono: what go-redis asked for, 0 for none
+	applied atomic.Int64 // mono: what the socket has, 0 for none
+}
+
+// minRelaxable is the shortest deadline relaxation raises: go-redis's own
+// probes (push drains, client-side caching) use 1ms and 50ms deadlines on
+// purpose, and raised they would wait seconds on an idle connection.
+const minRelaxable = int64(75 * time.Millisecond)
+
+// floor returns the deadline asked raised, where maintenance requires it,
+// to at least now plus the relaxed timeout. No deadline stays none:
+// relaxation never shortens a longer or infinite timeout. While nothing is
+// relaxed it costs two atomic loads.
+func (c *conn) floor(asked, now mono) mono {
+	if asked == 0 {
+		return 0
+	}
+	relax := c.draining() || c.n.relaxingAt(now)
+	if !relax || c.m.s.relaxed < 0 || c.m.stopped.Load() {
+		return asked
+	}
+	if asked-now < minRelaxable {
+		return asked
+	}
+	if min := now + int64(c.m.s.relaxed); asked < min {
+		return min
+	}
+	return asked
+}
+
+// setDeadline records what go-redis asked for in the given directions and
+// applies it floored. The node's epoch is read before and after: if
+// relaxation started or the connection was retired meanwhile (see
+// refloor), the floor is applied again.
+func (c *conn) setDeadline(t time.Time, read, write bool) error {
+	c.checking.Store(false)
+	asked := toMono(t)
+	if read {
+		c.rdl.asked.Store(asked)
+	}
+	if write {
+		c.wdl.asked.Store(asked)
+	}
+	e := c.n.epoch.Load()
+	err := c.apply(asked, read, write)
+	if c.n.epoch.Load() != e {
+		err = c.apply(asked, read, write)
+	}
+	return err
+}
+
+func (c *conn) apply(asked mono, read, write bool) error {
+	v := c.floor(asked, monoNow())
+	switch {
+	case read && write:
+		c.rdl.applied.Store(v)
+		c.wdl.applied.Store(v)
+		return c.raw.SetDeadline(fromMono(v))
+	case read:
+		c.rdl.applied.Store(v)
+		return c.raw.SetReadDeadline(fromMono(v))
+	default:
+		c.wdl.applied.Store(v)
+		return c.raw.SetWriteDeadline(fromMono(v))
+	}
+}
+
+// SetDeadline sets both deadlines, relaxed where maintenance requires it.
+func (c *conn) SetDeadline(t time.Time) error { return c.setDeadline(t, true, true) }
+
+// SetReadDeadline sets the read deadline, relaxed where maintenance requires it.
+func (c *conn) SetReadDeadline(t time.Time) error { return c.setDeadline(t, true, false) }
+
+// SetWriteDeadline sets the write deadline, relaxed where maintenance requires it.
+func (c *conn) SetWriteDeadline(t time.Time) error { return c.setDeadline(t, false, true) }
+
+// refloor re-applies the floor to the deadlines already set: relaxation that
+// starts while a command waits for its reply covers that command too. It
+// only ever lengthens a wait: a deadline that has passed is never applied
+// again (a read that already failed must not be re-armed, and an idle
+// connection's stale probe deadline must not fail the next read), and a
+// floor lower than what the socket has is left alone (a MOVING never
+// shortens a relaxed wait). The node's epoch was bumped first, so a setter
+// racing with this call redoes its own work.
+func (c *conn) refloor() {
+	now := monoNow()
+	c.refloorOne(&c.rdl, now, c.raw.SetReadDeadline)
+	c.refloorOne(&c.wdl, now, c.raw.SetWriteDeadline)
+}
+
+func (c *conn) refloorOne(d *deadline, now mono, set func(time.Time) error) {
+	asked := d.asked.Load()
+	if asked == 0 {
+		return
+	}
+	v := c.floor(asked, now)
+	if v <= now {
+		return
+	}
+	cur := d.applied.Load()
+	if cur == 0 || v <= cur || !d.applied.CompareAndSwap(cur, v) {
+		return
+	}
+	_ = set(fromMono(v))
+	if d.asked.Load() != asked {
+		// go-redis set a new deadline meanwhile: its setter saw the new
+		// epoch and applies its own floor; make sure the socket has it.
+		if a := d.asked.Load(); a != 0 {
+			w := c.floor(a, monoNow())
+			d.applied.Store(w)
+			_ = set(fromMono(w))
+		}
+	}
+}
+
+// restoreRead puts back on the socket the read deadline it had before the
+// health check's short one: a peek leaves no trace.
+func (c *conn) restoreRead() { _ = c.raw.SetReadDeadline(fromMono(c.rdl.applied.Load())) }

@@ -1,0 +1,108 @@
+package maint
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/maintkit/maint/internal/resp"
+)
+
+// A MOVING tells the client to send its connections, and so its
+// credentials, elsewhere. maint takes a successor only when:
+//   - it is a well-formed "host:port";
+//   - the application's AllowSuccessor accepts it, or, with no policy, it is
+//     not a loopback, link-local or unspecified address, unless the node that
+//     sent the MOVING is itself reached at such an address (a local test, a
+//     tunnel): a server must not be able to point the client at the
+//     client's own host or at a cloud metadata endpoint;
+//   - over TLS, maint can inspect the connections' handshakes, so that a
+//     successor must prove the original server name (see verifySuccessor).
+// A successor refused is treated as a null endpoint. The same address rule
+// is applied again when the dial to a successor host name lands (landing).
+
+// successor returns the successor of a MOVING read on c, or "" when there is
+// none or it is refused.
+func (m *Maint) successor(c *conn, nt resp.Notification) string {
+	if nt.Null {
+		return ""
+	}
+	ep := nt.Endpoint
+	if err := validSuccessor(ep); err != nil {
+		m.badInput(c, nt.Seq, fmt.Sprintf("MOVING endpoint %q is not host:port (%v); treating it as null", ep, err))
+		return ""
+	}
+	if m.s.allow != nil {
+		if !m.s.allow(ep) {
+			m.refuseSuccessor(c, nt.Seq, ep, "refused by AllowSuccessor")
+			return ""
+		}
+	} else if host, _, _ := net.SplitHostPort(ep); isLocal(host) && !isLocalAddr(c.n.key) {
+		m.refuseSuccessor(c, nt.Seq, ep, "a local address named by a remote node")
+		return ""
+	}
+	if c.t.tlsOpaque() {
+		if c.t.warnedOpaque.CompareAndSwap(false, true) {
+			m.logf("maint: %s: the client uses TLS but its connections hide their TLS state (a wrapping Dialer?): successors cannot be verified, so MOVINGs are treated as null", c.t.addr)
+		}
+		m.refuseSuccessor(c, nt.Seq, ep, "TLS state not inspectable")
+		return ""
+	}
+	return ep
+}
+
+func (m *Maint) refuseSuccessor(c *conn, seq int64, ep, why string) {
+	m.c.refusedSuccessors.Add(1)
+	m.logf("maint: %s: MOVING successor %s refused (%s); treating it as null", c.n.key, ep, why)
+	m.emit(Event{Kind: EventSuccessorRefused, Node: c.n.key, Seq: seq, Detail: ep + ": " + why})
+}
+
+// landing checks where a dial to a successor landed: a successor named by
+// host name must not resolve to a local address that an IP would not have
+// been allowed to be.
+func (m *Maint) landing(p *pin, remote string) error {
+	if m.s.allow != nil || p.fromLocal {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil || !isLocal(host) {
+		return nil
+	}
+	return fmt.Errorf("%s resolves to the local address %s", p.addr, remote)
+}
+
+// validSuccessor checks the shape of a MOVING's endpoint: "host:port" with a
+// port in range and a host free of anything a name or address cannot hold.
+func validSuccessor(ep string) error {
+	host, port, err := net.SplitHostPort(ep)
+	if err != nil {
+		return err
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("bad port %q", port)
+	}
+	if host == "" || len(host) > 253 || strings.ContainsAny(host, " \t\r\n/\\@?#") {
+		return fmt.Errorf("bad host %q", host)
+	}
+	return nil
+}
+
+// isLocal reports whether host is a loopback, link-local or unspecified IP
+// (169.254/16 holds cloud metadata endpoints). Host names are judged where
+// they land.
+func isLocal(host string) bool {
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return strings.EqualFold(host, "localhost")
+	}
+	ip = ip.Unmap()
+	return ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsUnspecified()
+}
+
+// isLocalAddr is isLocal for a "host:port".
+func isLocalAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	return err == nil && isLocal(host)
+}
