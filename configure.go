@@ -10,14 +10,16 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // configure implements Maint.Configure.
 func configure(m *Maint, opt *redis.Options) {
 	// The built-in handler never acts on a notification the Maint handles:
-	// it is off, and sends no handshake of its own.
-	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	// it is off, and sends no handshake of its own. Options configured
+	// already are left as they are: Configure is idempotent.
+	if !m.claim(opt) {
+		return
+	}
 
 	base := opt.Dialer
 	if base == nil {
@@ -27,6 +29,9 @@ func configure(m *Maint, opt *redis.Options) {
 
 	prev := opt.OnConnect
 	tlsOn := opt.TLSConfig != nil
+	if tlsOn {
+		m.target(opt.Addr).tlsOn.Store(true)
+	}
 	resp2 := opt.Protocol == 2
 	opt.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
 		if !resp2 {

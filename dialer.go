@@ -326,6 +326,12 @@ func (c *conn) readErr(err error) error {
 func (c *conn) Write(p []byte) (int, error) {
 	c.checking.Store(false)
 	c.busy.Store(true)
+	if !c.m.sawCheck.Load() {
+		c.m.noteUnchecked(c)
+	}
+	if len(p) == 17 && isMonitor(p) {
+		c.sub.Store(true)
+	}
 	n, err := c.raw.Write(p)
 	return n, c.readErr(err)
 }
@@ -390,6 +396,9 @@ func (c *conn) SyscallConn() (syscall.RawConn, error) {
 		return nil, ErrRetired
 	}
 	c.checking.Store(true)
+	if !c.m.sawCheck.Load() {
+		c.m.sawCheck.Store(true)
+	}
 	if c.rawRC == nil {
 		sc, ok := c.raw.(syscall.Conn)
 		if !ok {

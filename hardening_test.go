@@ -493,3 +493,18 @@ func waitIdle(t *testing.T, m *Maint) {
 	t.Helper()
 	require.Eventually(t, func() bool { return m.runs.Load() == nil }, 30*time.Second, 5*time.Millisecond)
 }
+
+// Item 11: MONITOR makes a connection a subscriber: retired, it is closed at
+// once (it owes nothing; go-redis reconnects it).
+func TestMonitorIsASubscriber(t *testing.T) {
+	m := New(WithLogf(t.Logf))
+	defer m.Close()
+	c, raw := wrapDL(t, m, "127.0.0.2:6379", nil)
+	_, err := c.Write([]byte("*1\r\n$7\r\nmonitor\r\n"))
+	require.NoError(t, err)
+	assert.True(t, c.sub.Load())
+	require.True(t, m.retireConn(c, true))
+	assert.True(t, raw.closed, "closed at once")
+	assert.False(t, isMonitor([]byte("*1\r\n$7\r\nMONITOX\r\n")))
+	assert.True(t, isMonitor([]byte("*1\r\n$7\r\nMONITOR\r\n")))
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // Maint handles maintenance notifications for one go-redis client. It is a
@@ -46,6 +47,13 @@ type Maint struct {
 	seen seenMovings
 	// registered counts registrations, to sweep idle nodes now and then.
 	registered uint64
+	// configs are the options Configure claimed (see misuse.go).
+	configs []*maintnotifications.Config
+
+	// Misuse detection (misuse.go).
+	sawCheck        atomic.Bool   // a pool health check reached a connection
+	uncheckedWrites atomic.Uint64 // writes past the handshake before any health check
+	misuseOnce      sync.Once
 	// hooked is set once go-redis has taken the process hooks (AddHook):
 	// only then can commands be held before they take a connection.
 	hooked atomic.Bool
@@ -253,6 +261,7 @@ func (m *Maint) Close() error {
 	m.mu.Unlock()
 	m.stopped.Store(true)
 	m.cancel()
+	m.unclaim()
 	if hs := m.holds.Swap(nil); hs != nil {
 		for _, h := range *hs {
 			h.release()

@@ -1,0 +1,116 @@
+package maint_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/maintkit/maint"
+)
+
+// Item 13: Configure twice on the same options is idempotent: one dial
+// path, one handshake per connection.
+func TestConfigureTwiceIsIdempotent(t *testing.T) {
+	e := newEnv(t)
+	m := maint.New(maint.WithLogf(t.Logf))
+	defer m.Close()
+	opt := e.options(4)
+	handshakes := 0
+	var mu sync.Mutex
+	opt.OnConnect = func(context.Context, *redis.Conn) error {
+		mu.Lock()
+		handshakes++
+		mu.Unlock()
+		return nil
+	}
+	m.Configure(opt)
+	m.Configure(opt)
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	rdb.AddHook(m)
+	for i := 0; i < 20; i++ {
+		require.NoError(t, rdb.Ping(context.Background()).Err())
+	}
+	conns := e.old.Stats().Opened
+	require.NotZero(t, conns)
+	mu.Lock()
+	assert.Equal(t, conns, handshakes, "the application's OnConnect ran once per connection")
+	mu.Unlock()
+	assert.Equal(t, conns, e.old.Stats().OptedIn, "one opt-in per connection")
+	assert.Equal(t, conns, len(e.dials.Conns()), "one dial per connection: the dial path is wrapped once")
+}
+
+// hidingConn wraps a net.Conn in a type without SyscallConn.
+type hidingConn struct{ net.Conn }
+
+type hider struct{}
+
+func (hider) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return hidingConn{c}, nil
+	}
+}
+func (hider) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (hider) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// Item 13: a DialHook that hides maint's SyscallConn (so retired connections
+// can no longer be refused to the pool) is detected and said once.
+func TestHiddenHealthCheckIsSaidOnce(t *testing.T) {
+	e := newEnv(t)
+	var mu sync.Mutex
+	var lines []string
+	ev := &eventLog{}
+	m := maint.New(maint.WithOnEvent(ev.add), maint.WithLogf(func(f string, a ...any) {
+		mu.Lock()
+		lines = append(lines, fmt.Sprintf(f, a...))
+		mu.Unlock()
+	}))
+	defer m.Close()
+	rdb := redis.NewClient(e.options(2))
+	defer rdb.Close()
+	rdb.AddHook(hider{}) // outermost: it wraps maint's connections
+	rdb.AddHook(m)
+	for i := 0; i < 1500; i++ {
+		require.NoError(t, rdb.Ping(context.Background()).Err())
+	}
+	n := 0
+	mu.Lock()
+	for _, l := range lines {
+		if strings.Contains(l, "SyscallConn") {
+			n++
+		}
+	}
+	mu.Unlock()
+	assert.Equal(t, 1, n, "said once")
+	_, ok := ev.first(maint.EventMisuse)
+	assert.True(t, ok)
+}
+
+// The same client without the hiding hook says nothing.
+func TestVisibleHealthCheckSaysNothing(t *testing.T) {
+	e := newEnv(t)
+	ev := &eventLog{}
+	m := maint.New(maint.WithOnEvent(ev.add), maint.WithLogf(t.Logf))
+	defer m.Close()
+	rdb := redis.NewClient(e.options(2))
+	defer rdb.Close()
+	rdb.AddHook(m)
+	for i := 0; i < 1500; i++ {
+		require.NoError(t, rdb.Ping(context.Background()).Err())
+	}
+	_, ok := ev.first(maint.EventMisuse)
+	assert.False(t, ok)
+}
