@@ -40,6 +40,12 @@ type Config struct {
 	// endpoint). HandshakeRequired fails the connection instead.
 	// HandshakeOff never sends it.
 	Handshake HandshakeMode
+	// HandshakeRetry is how long an endpoint that refused the opt-in for
+	// lack of support (an unknown command or subcommand) is not asked again;
+	// the first new connection after it asks again. Other refusals (LOADING,
+	// a timeout, a closed socket) are not remembered. 0 means one minute; a
+	// negative value means always ask.
+	HandshakeRetry time.Duration
 	// FixedAddress declares that the configured address never identifies a
 	// node (a tunnel, a load balancer, a fixed front address): a null-endpoint
 	// MOVING then hands off at the last call, and what connects afterwards is
@@ -97,6 +103,9 @@ func WithEndpointType(t string) Option { return func(c *Config) { c.EndpointType
 // WithHandshake sets Config.Handshake.
 func WithHandshake(h HandshakeMode) Option { return func(c *Config) { c.Handshake = h } }
 
+// WithHandshakeRetry sets Config.HandshakeRetry.
+func WithHandshakeRetry(d time.Duration) Option { return func(c *Config) { c.HandshakeRetry = d } }
+
 // WithFixedAddress sets Config.FixedAddress.
 func WithFixedAddress(fixed bool) Option { return func(c *Config) { c.FixedAddress = fixed } }
 
@@ -144,34 +153,36 @@ func AllowNetworks(prefixes ...string) func(successor string) bool {
 
 // settings are the effective values, defaults applied.
 type settings struct {
-	relaxed    time.Duration // < 0: off
-	tail       time.Duration
-	relaxCap   time.Duration
-	holdBudget time.Duration // < 0: none
-	maxWindow  time.Duration
-	endpoint   string
-	fixed      bool
-	handshake  HandshakeMode
-	allow      func(string) bool
-	logf       func(string, ...any)
-	onEvent    func(Event)
+	relaxed        time.Duration // < 0: off
+	tail           time.Duration
+	relaxCap       time.Duration
+	holdBudget     time.Duration // < 0: none
+	maxWindow      time.Duration
+	endpoint       string
+	fixed          bool
+	handshake      HandshakeMode
+	handshakeRetry time.Duration // < 0: never remembered
+	allow          func(string) bool
+	logf           func(string, ...any)
+	onEvent        func(Event)
 	// onSMigrated is set by Instrument on cluster nodes: reload the slot map.
 	onSMigrated func()
 }
 
 func (c Config) settings() settings {
 	s := settings{
-		relaxed:    c.RelaxedTimeout,
-		tail:       c.RelaxedTail,
-		relaxCap:   c.RelaxCap,
-		holdBudget: c.HoldBudget,
-		maxWindow:  c.MaxWindow,
-		endpoint:   c.EndpointType,
-		fixed:      c.FixedAddress,
-		handshake:  c.Handshake,
-		allow:      c.AllowSuccessor,
-		logf:       c.Logf,
-		onEvent:    c.OnEvent,
+		relaxed:        c.RelaxedTimeout,
+		tail:           c.RelaxedTail,
+		relaxCap:       c.RelaxCap,
+		holdBudget:     c.HoldBudget,
+		maxWindow:      c.MaxWindow,
+		endpoint:       c.EndpointType,
+		fixed:          c.FixedAddress,
+		handshake:      c.Handshake,
+		handshakeRetry: c.HandshakeRetry,
+		allow:          c.AllowSuccessor,
+		logf:           c.Logf,
+		onEvent:        c.OnEvent,
 	}
 	if s.relaxed == 0 {
 		s.relaxed = 10 * time.Second
@@ -190,6 +201,9 @@ func (c Config) settings() settings {
 	}
 	if s.holdBudget < 0 {
 		s.holdBudget = 0
+	}
+	if s.handshakeRetry == 0 {
+		s.handshakeRetry = time.Minute
 	}
 	if s.maxWindow <= 0 {
 		s.maxWindow = time.Hour

@@ -25,17 +25,18 @@ func configure(m *Maint, opt *redis.Options) {
 	if base == nil {
 		base = defaultDialer(opt)
 	}
-	opt.Dialer = m.dialVia(base)
+	tlsOn := opt.TLSConfig != nil
+	resp2 := opt.Protocol == 2
+	// Auto: maint opts each connection in on the wire, behind go-redis's
+	// HELLO (handshake.go). Required: in OnConnect, where a refusal fails the
+	// connection.
+	opt.Dialer = m.dialWith(base, dialOpts{tls: tlsOn, inject: m.s.handshake == HandshakeAuto && !resp2})
 
 	prev := opt.OnConnect
-	tlsOn := opt.TLSConfig != nil
-	if tlsOn {
-		m.target(opt.Addr).tlsOn.Store(true)
-	}
-	resp2 := opt.Protocol == 2
+	required := m.s.handshake == HandshakeRequired && !resp2
 	opt.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
-		if !resp2 {
-			if err := m.handshake(ctx, cn, opt.Addr, tlsOn); err != nil {
+		if required {
+			if err := m.handshakeRequired(ctx, cn, opt.Addr, tlsOn); err != nil {
 				return err
 			}
 		}
@@ -46,15 +47,14 @@ func configure(m *Maint, opt *redis.Options) {
 	}
 }
 
-// handshake opts the connection in to maintenance notifications, unless the
-// endpoint has already said it does not support them.
-func (m *Maint) handshake(ctx context.Context, cn *redis.Conn, addr string, tlsOn bool) error {
-	t := m.target(addr)
-	if m.s.handshake == HandshakeOff || (t.unsupported.Load() && m.s.handshake == HandshakeAuto) {
-		return nil
+// handshakeRequired opts the connection in through go-redis, so that a
+// refusal fails the connection (HandshakeRequired).
+func (m *Maint) handshakeRequired(ctx context.Context, cn *redis.Conn, addr string, tlsOn bool) error {
+	remote := ""
+	if p := m.target(addr).lastRemote.Load(); p != nil {
+		remote = *p
 	}
-	typ := m.endpointType(t, tlsOn)
-	err := cn.Do(ctx, "CLIENT", "MAINT_NOTIFICATIONS", "ON", "moving-endpoint-type", typ).Err()
+	err := cn.Do(ctx, "CLIENT", "MAINT_NOTIFICATIONS", "ON", "moving-endpoint-type", m.endpointType(remote, tlsOn)).Err()
 	if err == nil {
 		return nil
 	}
@@ -62,27 +62,19 @@ func (m *Maint) handshake(ctx context.Context, cn *redis.Conn, addr string, tlsO
 	if !errors.As(err, &rerr) {
 		return err // the connection failed: go-redis discards it
 	}
-	if m.s.handshake == HandshakeRequired {
-		return fmt.Errorf("maint: %s refused the maintenance notifications handshake: %w", addr, err)
-	}
-	if t.unsupported.CompareAndSwap(false, true) {
-		m.c.unsupported.Add(1)
-		m.logf("maint: %s does not support maintenance notifications (%v); not asking again", addr, err)
-		m.emit(Event{Kind: EventUnsupported, Node: addr, Detail: err.Error()})
-	}
-	return nil
+	return fmt.Errorf("maint: %s refused the maintenance notifications handshake: %w", addr, err)
 }
 
 // endpointType resolves the moving-endpoint-type the way the peers do: an
 // FQDN with TLS (a certificate names hosts), an IP without; internal when the
 // connected address is private (RFC 1918, RFC 4193, loopback, link-local, and
 // CGNAT 100.64/10 as go-redis does).
-func (m *Maint) endpointType(t *target, tlsOn bool) string {
+func (m *Maint) endpointType(remote string, tlsOn bool) string {
 	if m.s.endpoint != "" {
 		return m.s.endpoint
 	}
 	scope := "external"
-	if p := t.lastRemote.Load(); p != nil && isPrivate(*p) {
+	if isPrivate(remote) {
 		scope = "internal"
 	}
 	if tlsOn {

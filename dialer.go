@@ -27,13 +27,25 @@ type dialKey struct{}
 // dialVia returns the dial path through the Maint: route (a successor pin),
 // dial, check the successor's TLS identity, judge the new connection against
 // every handoff in progress, and wrap it.
-func (m *Maint) dialVia(next dialFunc) dialFunc {
+func (m *Maint) dialVia(next dialFunc) dialFunc { return m.dialWith(next, dialOpts{}) }
+
+// dialOpts are what the options route knows of the client's connections.
+type dialOpts struct {
+	tls    bool // the client uses TLS
+	inject bool // opt each connection in on the wire (handshake.go)
+}
+
+// dialWith is dialVia with what the options route knows.
+func (m *Maint) dialWith(next dialFunc, o dialOpts) dialFunc {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		if m.stopped.Load() || ctx.Value(dialKey{}) == m {
 			return next(ctx, network, addr)
 		}
 		t := m.target(addr)
 		t.next.Store(&next)
+		if o.tls && !t.tlsOn.Load() {
+			t.tlsOn.Store(true)
+		}
 		ctx = context.WithValue(ctx, dialKey{}, m)
 		quick := 0 // immediate retries after a doomed landing while a replacement can be had
 		for {
@@ -96,7 +108,11 @@ func (m *Maint) dialVia(next dialFunc) dialFunc {
 					r.sawReplacement(remote)
 				}
 			}
-			return m.wrap(t, raw, remote), nil
+			c := m.wrap(t, raw, remote)
+			if o.inject {
+				c.prepareHandshake(o.tls)
+			}
+			return c, nil
 		}
 	}
 }
@@ -233,6 +249,11 @@ type conn struct {
 	winGot    int
 	winErr    error
 
+	// inject is the opt-in to write behind go-redis's first command (see
+	// handshake.go); written by the writer only, before and at that write.
+	inject  []byte
+	optedIn atomic.Bool // the server answered the opt-in with +OK
+
 	closeOnce sync.Once
 	closeErr  atomic.Pointer[error] // why the Maint closed it
 }
@@ -331,6 +352,10 @@ func (c *conn) Write(p []byte) (int, error) {
 	}
 	if len(p) == 17 && isMonitor(p) {
 		c.sub.Store(true)
+	}
+	if c.inject != nil {
+		n, err := c.writeFirst(p)
+		return n, c.readErr(err)
 	}
 	n, err := c.raw.Write(p)
 	return n, c.readErr(err)
@@ -457,7 +482,8 @@ func (r *checkRawConn) Read(f func(fd uintptr) bool) error {
 const maxTaken = 8 << 10
 
 // takeNotifications takes off the socket the whole maintenance notifications
-// at its head, and nothing else, and acts on them: go-redis's own look at
+// at its head (and the reply to maint's own opt-in, when it is owed and
+// stands there), and nothing else, and acts on them: go-redis's own look at
 // the socket then sees exactly what remains (a reply that should not be
 // there, an invalidation for its client-side cache, a partial frame) and
 // judges it as it would without maint. It does nothing unless the reply
@@ -475,13 +501,19 @@ func (c *conn) takeNotifications() error {
 	}
 	b := c.win[:c.winN]
 	n := 0
+	dropAt := -1 // offset of the owed opt-in reply, if it stands among them
 	for n < len(b) {
 		l := resp.FrameLen(b[n:])
 		if l == 0 {
 			break
 		}
-		name, ok := resp.PushName(b[n : n+l])
-		if !ok || !c.strip(name) {
+		if name, ok := resp.PushName(b[n : n+l]); ok {
+			if !c.strip(name) {
+				break
+			}
+		} else if after, owed := c.rd.DropPending(); dropAt < 0 && owed && after == 0 && b[n] != '>' && b[n] != '|' {
+			dropAt = n
+		} else {
 			break
 		}
 		n += l
@@ -500,7 +532,11 @@ func (c *conn) takeNotifications() error {
 	}
 	for n := 0; n < c.winWant; {
 		l := resp.FrameLen(c.win[n:c.winWant])
-		c.onNotification(c.win[n : n+l])
+		if n == dropAt {
+			c.rd.TakeDropped(c.win[n : n+l])
+		} else {
+			c.onNotification(c.win[n : n+l])
+		}
 		n += l
 	}
 	return nil

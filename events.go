@@ -115,6 +115,10 @@ type Stats struct {
 	Unsupported   uint64 // endpoints that refused the opt-in handshake
 	// RefusedSuccessors counts MOVING successors refused by the policy.
 	RefusedSuccessors uint64
+	// Handshakes counts opt-ins maint wrote behind go-redis's HELLO;
+	// HandshakeErrors the ones answered with an error other than "no
+	// support" (not remembered).
+	Handshakes, HandshakeErrors uint64
 }
 
 // add adds o to s.
@@ -133,9 +137,12 @@ func (s *Stats) add(o Stats) {
 	s.Relaxations += o.Relaxations
 	s.Unsupported += o.Unsupported
 	s.RefusedSuccessors += o.RefusedSuccessors
+	s.Handshakes += o.Handshakes
+	s.HandshakeErrors += o.HandshakeErrors
 }
 
 type counters struct {
+	handshakes, handshakeErrors,
 	notifications, malformed, replayed, oversize, refusedSuccessors, handoffs, retired, closedAtCap, busyAtCap,
 	doomed, held, heldTimeouts, relaxations, unsupported atomic.Uint64
 }
@@ -157,5 +164,7 @@ func (c *counters) snapshot() Stats {
 		Unsupported:   c.unsupported.Load(),
 
 		RefusedSuccessors: c.refusedSuccessors.Load(),
+		Handshakes:        c.handshakes.Load(),
+		HandshakeErrors:   c.handshakeErrors.Load(),
 	}
 }

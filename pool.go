@@ -11,7 +11,6 @@ type target struct {
 	addr string
 
 	pin         atomic.Pointer[pin] // successor to dial instead, during a window
-	unsupported atomic.Bool         // the endpoint refused the opt-in handshake
 	lastRemote  atomic.Pointer[string]
 	next        atomic.Pointer[dialFunc] // the dial path below the Maint, for DNS probes
 	// tlsOn is set by Configure when the client uses TLS; opaque when a
@@ -154,7 +153,7 @@ func (m *Maint) sweepLocked() {
 	}
 	now := monoNow()
 	for k, t := range m.targets {
-		if t.pin.Load() == nil && now-t.lastUse.Load() > int64(targetIdle) && !t.unsupported.Load() {
+		if t.pin.Load() == nil && now-t.lastUse.Load() > int64(targetIdle) {
 			delete(m.targets, k)
 		}
 	}
