@@ -1,8 +1,12 @@
 package resp
 
 import (
+	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -242,6 +246,7 @@ func TestWrittenLost(t *testing.T) {
 		{fmt.Sprintf("*%d\r\n", MaxAggregateLen+1), 0},  // too many arguments
 		{fmt.Sprintf("*1\r\n$%d\r\n", MaxBulkLen+1), 0}, // too long an argument
 		{"*1\r\n$99999999999\r\n", 0},
+		{"*1\r\n$00000000004\r\nPING\r\n", 0}, // 11 digits
 	} {
 		for _, split := range []int{len(tc.in), 1, len(tc.in) / 2} {
 			var w Written
@@ -363,4 +368,263 @@ func TestWrittenZeroAlloc(t *testing.T) {
 	if allocs != 0 || w.Lost() {
 		t.Fatalf("%v allocs per run, lost %v", allocs, w.Lost())
 	}
+}
+
+// refCmd is one command of the reference: the offset just after its last
+// byte, and whether it is blocking.
+type refCmd struct {
+	end      int
+	blocking bool
+}
+
+// refWritten is what a Written must report for a stream.
+type refWritten struct {
+	cmds []refCmd
+	bad  int // offset of the first byte no well-formed stream continues with; -1 if none
+}
+
+// completed returns how many commands end within the first off bytes.
+func (r refWritten) completed(off int) int {
+	n := 0
+	for n < len(r.cmds) && r.cmds[n].end <= off {
+		n++
+	}
+	return n
+}
+
+// refWrite is the reference for Written: it frames the whole stream with
+// ReadCommand and CommandName, classifies each command with plain string
+// comparisons, and finds where a stream goes wrong with refPrefix.
+func refWrite(t *testing.T, in []byte) refWritten {
+	res := refWritten{bad: -1}
+	br := bufio.NewReader(bytes.NewReader(in))
+	multi := false
+	for off := 0; ; {
+		frame, err := ReadCommand(br, nil)
+		if err == io.EOF {
+			return res
+		}
+		if err == nil && frame[0] == '*' {
+			name, args, nameErr := CommandName(frame)
+			empty := false
+			if nameErr != nil {
+				// An empty or null array is no command; anything else
+				// is not one either.
+				line, _, _ := cutLine(frame)
+				n, _ := parseLen('*', line[1:])
+				empty = n <= 0
+			}
+			if nameErr == nil || empty {
+				// The two halves of the reference agree on the frame.
+				if ok, done, end := refPrefix(in[off:]); !ok || !done || end != len(frame) {
+					t.Fatalf("reference: ReadCommand frames %q at %d; refPrefix says ok %v done %v end %d",
+						frame, off, ok, done, end)
+				}
+				off += len(frame)
+				if !empty {
+					words, _ := splitArray(frame)
+					if name != strings.ToUpper(string(words[0])) {
+						t.Fatalf("reference: CommandName %q for %q", name, words[0])
+					}
+					res.cmds = append(res.cmds, refCmd{off, refBlocking(words[0], args, &multi)})
+				}
+				continue
+			}
+		}
+		// Not a command, malformed or cut short: find the first byte that
+		// cannot continue a well-formed stream.
+		rest := in[off:]
+		for k := 1; k <= len(rest); k++ {
+			ok, done, _ := refPrefix(rest[:k])
+			if done {
+				t.Fatalf("reference: %q at %d fails ReadCommand/CommandName (%v) but refPrefix completes it", rest[:k], off, err)
+			}
+			if !ok {
+				res.bad = off + k - 1
+				return res
+			}
+		}
+		if err == nil || errors.Is(err, ErrMalformed) {
+			t.Fatalf("reference: %q at %d is malformed (%v) but refPrefix accepts it", rest, off, err)
+		}
+		return res
+	}
+}
+
+// refUpper upper-cases the ASCII letters of b, and nothing else.
+func refUpper(b []byte) string {
+	out := []byte(string(b))
+	for i, c := range out {
+		if c >= 'a' && c <= 'z' {
+			out[i] = c - 'a' + 'A'
+		}
+	}
+	return string(out)
+}
+
+// refBlocking classifies a command by the rules of Written; multi tracks
+// MULTI across commands.
+func refBlocking(rawName []byte, args [][]byte, multi *bool) bool {
+	switch refUpper(rawName) {
+	case "MULTI":
+		*multi = true
+	case "EXEC", "DISCARD", "RESET":
+		*multi = false
+	case "BLPOP", "BRPOP", "BRPOPLPUSH", "BLMOVE", "BLMPOP", "BZPOPMIN", "BZPOPMAX", "BZMPOP", "WAIT", "WAITAOF":
+		return !*multi
+	case "XREAD", "XREADGROUP":
+		for i := 0; i < len(args) && !*multi; i++ {
+			switch refUpper(args[i]) {
+			case "BLOCK":
+				return true
+			case "COUNT", "CLAIM":
+				i++
+			case "GROUP":
+				i += 2
+			case "NOACK":
+			default:
+				return false
+			}
+		}
+	}
+	return false
+}
+
+// refPrefix reports whether b is a prefix of a well-formed command stream
+// (ok). If one command (or empty array) is complete in b, done is set and
+// end is its length; what follows is not looked at.
+func refPrefix(b []byte) (ok, done bool, end int) {
+	if len(b) == 0 {
+		return true, false, 0
+	}
+	if b[0] != '*' {
+		return false, false, 0
+	}
+	n, rest, ok, full := refNum(b[1:], true, MaxAggregateLen)
+	if !ok || !full {
+		return ok, false, 0
+	}
+	for range max(n, 0) {
+		if len(rest) == 0 {
+			return true, false, 0
+		}
+		if rest[0] != '$' {
+			return false, false, 0
+		}
+		size, r, ok, full := refNum(rest[1:], false, MaxBulkLen)
+		if !ok || !full {
+			return ok, false, 0
+		}
+		switch {
+		case int64(len(r)) <= size:
+			return true, false, 0
+		case r[size] != '\r':
+			return false, false, 0
+		case int64(len(r)) == size+1:
+			return true, false, 0
+		case r[size+1] != '\n':
+			return false, false, 0
+		}
+		rest = r[size+2:]
+	}
+	return true, true, len(b) - len(rest)
+}
+
+// refNum checks the number at the start of b, up to its CRLF: digits (or
+// "-1" for a count) making at most 10 digits and a value of at most max.
+// ok tells whether b can still be such a number; full whether its CRLF is
+// in b, and then rest follows it.
+func refNum(b []byte, count bool, max int64) (n int64, rest []byte, ok, full bool) {
+	body, tail, cr := bytes.Cut(b, []byte("\r"))
+	switch {
+	case count && string(body) == "-" && !cr:
+		return 0, nil, true, false
+	case count && string(body) == "-1":
+		n = -1
+	default:
+		if len(body) > maxLenDigits || strings.Trim(string(body), "0123456789") != "" {
+			return 0, nil, false, false
+		}
+		if len(body) > 0 {
+			v, err := strconv.ParseInt(string(body), 10, 64)
+			if err != nil || v > max {
+				return 0, nil, false, false
+			}
+			n = v
+		} else if cr {
+			return 0, nil, false, false
+		}
+	}
+	if !cr {
+		return n, nil, true, false
+	}
+	if len(tail) == 0 {
+		return n, nil, true, false
+	}
+	if tail[0] != '\n' {
+		return 0, nil, false, false
+	}
+	return n, tail[1:], true, true
+}
+
+// checkWritten feeds in to a Written in chunks whose sizes cycle through
+// sizes (nil: one chunk) and compares it with the reference after each.
+func checkWritten(t *testing.T, in []byte, sizes []int) {
+	t.Helper()
+	ref := refWrite(t, in)
+	var w Written
+	total := 0
+	for off, k := 0, 0; off < len(in); k++ {
+		end := len(in)
+		if len(sizes) > 0 {
+			end = min(off+sizes[k%len(sizes)], len(in))
+		}
+		wasLost := w.Lost()
+		n := w.Feed(in[off:end])
+		off = end
+		if wasLost && n != 0 {
+			t.Fatalf("%q: Feed returned %d after the stream was lost", in, n)
+		}
+		total += n
+		want := ref.completed(off)
+		lost := ref.bad >= 0 && off > ref.bad
+		if total != want || w.Lost() != lost {
+			t.Fatalf("%q chunked %v, after %d bytes: %d commands, lost %v; want %d, %v (bad at %d)",
+				in, sizes, off, total, w.Lost(), want, lost, ref.bad)
+		}
+		if !lost && w.LastBlocking() != (want > 0 && ref.cmds[want-1].blocking) {
+			t.Fatalf("%q chunked %v, after %d bytes: blocking %v after %d commands", in, sizes, off, w.LastBlocking(), want)
+		}
+	}
+}
+
+func TestWrittenMatchesReference(t *testing.T) {
+	in, _, _ := splitStream()
+	inputs := [][]byte{in}
+	for _, tc := range []string{"PING\r\n", "*1\r\n$-1\r\n", "*-1\r\n*0\r\n", "*1\r\n$4\r\nPIN", "*2\r\n$3\r\nGET\r\n:1\r\n"} {
+		inputs = append(inputs, append(append([]byte{}, in[:50]...), tc...))
+	}
+	for _, in := range inputs {
+		for _, sizes := range [][]int{nil, {1}, {3, 0, 17}, {64}} {
+			checkWritten(t, in, sizes)
+		}
+	}
+}
+
+func FuzzWritten(f *testing.F) {
+	in, _, _ := splitStream()
+	f.Add(in, []byte{1})
+	f.Add(in, []byte{13, 0, 2})
+	for _, args := range blockingNames {
+		f.Add(cmd(args...), []byte{})
+	}
+	for _, s := range []string{
+		"*0\r\n*-1\r\n", "*1\r\n$-1\r\n", "PING\r\n", "*1\r\n:1\r\n", "*00001\r\n$4\r\nexec\r\n",
+		"*3\r\n$5\r\nxread\r\n$5\r\nblock\r\n$1\r\n0\r\n", "*2\r\n$5\r\nMULTI\r\n",
+	} {
+		f.Add([]byte(s), []byte{2, 5})
+	}
+	f.Fuzz(func(t *testing.T, in, chunks []byte) {
+		checkWritten(t, in, fuzzChunks(chunks))
+	})
 }
