@@ -628,3 +628,98 @@ func FuzzWritten(f *testing.F) {
 		checkWritten(t, in, fuzzChunks(chunks))
 	})
 }
+
+// commandMix returns about size bytes of commands as go-redis writes them:
+// GET, SET with 16 to 4096-byte values, INCR, HSET, a few MULTI/EXEC
+// blocks and blocking reads.
+func commandMix(size int) []byte {
+	var b []byte
+	seed := uint32(1)
+	rnd := func(n int) int {
+		seed = seed*1664525 + 1013904223
+		return int(seed>>8) % n
+	}
+	payload := strings.Repeat("abcdefghijklmnopqrstuvwxyz0123456789", 120)
+	for i := 0; len(b) < size; i++ {
+		key := fmt.Sprint("key:", rnd(100000))
+		switch x := rnd(100); {
+		case x < 45:
+			b = append(b, cmd("get", key)...)
+		case x < 75:
+			b = append(b, cmd("set", key, payload[:16+rnd(4096-16)])...)
+		case x < 85:
+			b = append(b, cmd("incr", key)...)
+		case x < 95:
+			b = append(b, cmd("hset", key, "field", payload[:1+rnd(64)])...)
+		case x < 98:
+			b = append(b, cmds(cmd("multi"), cmd("incr", key), cmd("expire", key, "60"), cmd("exec"))...)
+		default:
+			b = append(b, cmd("xread", "count", "10", "block", "100", "streams", key, "$")...)
+		}
+	}
+	return b
+}
+
+// BenchmarkWrittenFeed measures Feed per write, as go-redis writes
+// commands: one GET, one SET of 100 bytes, a pipeline of 10, a SET of 1 MB
+// (the same cost as 100 bytes: payloads are skipped by length), a GET cut
+// in two writes (the byte-wise path), and a stream of mixed commands in
+// 32 KiB writes (MB/s, to compare with BenchmarkStripperThroughput).
+func BenchmarkWrittenFeed(b *testing.B) {
+	var pipe [][]byte
+	for i := range 10 {
+		if i%2 == 0 {
+			pipe = append(pipe, cmd("get", fmt.Sprint("key:", i)))
+		} else {
+			pipe = append(pipe, cmd("set", fmt.Sprint("key:", i), strings.Repeat("v", 100)))
+		}
+	}
+	for _, bc := range []struct {
+		name string
+		in   []byte
+		n    int // commands per write
+	}{
+		{"get", cmd("get", "key"), 1},
+		{"set100", cmd("set", "key", strings.Repeat("v", 100)), 1},
+		{"pipeline10", cmds(pipe...), 10},
+		{"set1MB", cmd("set", "key", strings.Repeat("v", 1<<20)), 1},
+		{"blpop", cmd("blpop", "queue", "0"), 1},
+		{"xreadBlock", cmd("xread", "count", "10", "block", "100", "streams", "s", "$"), 1},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			var w Written
+			b.ReportAllocs()
+			for b.Loop() {
+				if w.Feed(bc.in) != bc.n {
+					b.Fatal("wrong count")
+				}
+			}
+		})
+	}
+	b.Run("getSplit", func(b *testing.B) {
+		in := cmd("get", "key")
+		var w Written
+		b.ReportAllocs()
+		for b.Loop() {
+			if w.Feed(in[:9])+w.Feed(in[9:]) != 1 {
+				b.Fatal("wrong count")
+			}
+		}
+	})
+	b.Run("stream", func(b *testing.B) {
+		stream := commandMix(8 << 20)
+		var w Written
+		n := 0
+		b.SetBytes(int64(len(stream)))
+		b.ReportAllocs()
+		for b.Loop() {
+			for off := 0; off < len(stream); off += 32 << 10 {
+				n += w.Feed(stream[off:min(off+32<<10, len(stream))])
+			}
+		}
+		if w.Lost() || n == 0 {
+			b.Fatal("stream lost")
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/cmd")
+	})
+}
