@@ -112,54 +112,62 @@ func (w *Written) Lost() bool { return w.lost }
 // start with such a command, complete and well formed; slow then reads the
 // same bytes and decides.
 func (w *Written) whole(b []byte) int {
-	n, i := wholeNum(b, 1, MaxAggregateLen)
-	if i < 0 || n == 0 {
+	i, n := 1, int64(0)
+	for ; i < len(b); i++ {
+		c := b[i] - '0'
+		if c > 9 {
+			break
+		}
+		n = n*10 + int64(c)
+		if i > maxLenDigits {
+			return 0
+		}
+	}
+	if i == 1 || n == 0 || n > MaxAggregateLen || len(b)-i < 2 || b[i] != '\r' || b[i+1] != '\n' {
 		return 0
 	}
+	i += 2
 	kind := cmdOther
 	var x xwalk
 	for a := range n {
 		if i >= len(b) || b[i] != '$' {
 			return 0
 		}
-		size, j := wholeNum(b, i+1, MaxBulkLen)
-		if j < 0 || int64(len(b)-j) < size+2 {
+		i++
+		d, size := i, int64(0)
+		for ; i < len(b); i++ {
+			c := b[i] - '0'
+			if c > 9 {
+				break
+			}
+			size = size*10 + int64(c)
+			if i-d >= maxLenDigits {
+				return 0
+			}
+		}
+		if i == d || size > MaxBulkLen || len(b)-i < 2 || b[i] != '\r' || b[i+1] != '\n' {
 			return 0
 		}
-		e := j + int(size)
+		i += 2
+		if int64(len(b)-i) < size+2 {
+			return 0
+		}
+		e := i + int(size)
 		if b[e] != '\r' || b[e+1] != '\n' {
 			return 0
 		}
 		if a == 0 {
-			kind = classify(b[j:e])
-			x.on = kind == cmdXRead
+			if uint(size-minClassified) <= maxClassified-minClassified {
+				kind = classify(b[i:e])
+				x.on = kind == cmdXRead
+			}
 		} else if x.on {
-			x.step(b[j:e], size)
+			x.step(b[i:e], size)
 		}
 		i = e + 2
 	}
 	w.done(kind, x.blk)
 	return i
-}
-
-// wholeNum reads a length of at most max whose digits start at b[i] and
-// are followed by CRLF, all in b. It returns the length and the offset
-// after the LF, or -1 for the offset if b does not hold that.
-func wholeNum(b []byte, i int, max int64) (int64, int) {
-	start := i
-	var n int64
-	for i < len(b) && i-start <= maxLenDigits {
-		c := b[i] - '0'
-		if c > 9 {
-			break
-		}
-		n = n*10 + int64(c)
-		i++
-	}
-	if i == start || i-start > maxLenDigits || n > max || len(b)-i < 2 || b[i] != '\r' || b[i+1] != '\n' {
-		return 0, -1
-	}
-	return n, i + 2
 }
 
 // slow advances the stream one step at a time over p[i:] until a command
@@ -353,6 +361,12 @@ func (x *xwalk) step(arg []byte, size int64) {
 		x.on = false
 	}
 }
+
+// The lengths of the names classify recognises.
+const (
+	minClassified = 4  // WAIT, EXEC
+	maxClassified = 10 // BRPOPLPUSH, XREADGROUP
+)
 
 // classify returns the class of a command name, in any letter case.
 func classify(name []byte) uint8 {
