@@ -123,7 +123,8 @@ func (w *Written) whole(b []byte) int {
 			return 0
 		}
 	}
-	if i == 1 || n == 0 || n > MaxAggregateLen || len(b)-i < 2 || b[i] != '\r' || b[i+1] != '\n' {
+	// n == 0 also covers a count without digits: slow decides.
+	if n == 0 || n > MaxAggregateLen || len(b)-i < 2 || b[i] != '\r' || b[i+1] != '\n' {
 		return 0
 	}
 	i += 2

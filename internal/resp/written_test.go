@@ -242,7 +242,10 @@ func TestWrittenLost(t *testing.T) {
 		{"*+1\r\n", 0},
 		{"*1\r\n$\r\n", 0},
 		{"*1\r\n$-0\r\n", 0},
-		{"*00000000001\r\n", 0},                         // 11 digits
+		{"*00000000001\r\n", 0}, // 11 digits
+		{"*00000000001\r\n$4\r\nPING\r\n", 0},
+		{"*1\r\n$\r\n\r\n", 0},
+		{"*\r\n$4\r\nPING\r\n", 0},
 		{fmt.Sprintf("*%d\r\n", MaxAggregateLen+1), 0},  // too many arguments
 		{fmt.Sprintf("*1\r\n$%d\r\n", MaxBulkLen+1), 0}, // too long an argument
 		{"*1\r\n$99999999999\r\n", 0},
@@ -258,6 +261,14 @@ func TestWrittenLost(t *testing.T) {
 			if n := w.Feed([]byte(ok)); n != 0 || !w.Lost() {
 				t.Errorf("%q: after the loss, Feed = %d, lost %v; want 0, true", tc.in, n, w.Lost())
 			}
+		}
+	}
+	// MaxAggregateLen arguments are accepted, one more is not.
+	for _, n := range []int{MaxAggregateLen, MaxAggregateLen + 1} {
+		in := append(AppendArrayHeader(nil, n), bytes.Repeat([]byte("$0\r\n\r\n"), n)...)
+		var w Written
+		if got := w.Feed(in); (got == 1) != (n == MaxAggregateLen) || w.Lost() != (n > MaxAggregateLen) {
+			t.Errorf("%d arguments: Feed = %d, lost %v", n, got, w.Lost())
 		}
 	}
 	// Leading zeros and 10-digit lengths are accepted, as ReadFrame does.
