@@ -1,0 +1,434 @@
+package resp
+
+// maxKeptName is the longest command name a Written keeps to recognise it.
+// Longer names are never blocking (the longest blocking name has 10 bytes).
+const maxKeptName = 16
+
+// Written states (slow path): what the next byte of the stream is.
+const (
+	wsStart  uint8 = iota // the '*' that starts a command
+	wsCount               // a digit of the argument count ('-' first), or the CR after it
+	wsCountL              // the LF after the count
+	wsBulk                // the '$' of an argument
+	wsLen                 // a digit of the argument length, or the CR after it
+	wsLenL                // the LF after the length
+	wsData                // a payload byte; num bytes remain
+	wsDataR               // the CR after the payload
+	wsDataL               // the LF after the payload
+)
+
+// Command classes, as far as a Written cares.
+const (
+	cmdOther    uint8 = iota
+	cmdBlocking       // always blocks (outside MULTI)
+	cmdXRead          // XREAD, XREADGROUP: blocks with a BLOCK option
+	cmdMulti          // MULTI: later commands are queued, not run
+	cmdEndMulti       // EXEC, DISCARD, RESET: the end of a MULTI
+)
+
+// Written counts the commands in the byte stream a client writes to a
+// server (RESP arrays of bulk strings), fed in arbitrary chunks, and tells
+// whether the last of them is one that blocks server-side.
+//
+// It reads the headers of a command and steps over every payload by its
+// length: the only payloads it looks at are command names of at most 16
+// bytes, and the 5-byte option words of XREAD and XREADGROUP. Its cost is
+// proportional to the number of arguments, not to the bytes written. It
+// never allocates and takes no lock.
+//
+// The blocking commands are BLPOP, BRPOP, BRPOPLPUSH, BLMOVE, BLMPOP,
+// BZPOPMIN, BZPOPMAX, BZMPOP, WAIT, WAITAOF, and XREAD or XREADGROUP with a
+// BLOCK option among the options before STREAMS (COUNT, BLOCK and CLAIM
+// take one value, GROUP two, NOACK none; an argument there that is none of
+// these ends the options). Names and options match in any letter case. A
+// command sent between MULTI and EXEC, DISCARD or RESET is queued, not run,
+// so it is not blocking.
+//
+// The framing rules are those of ReadFrame: lengths of at most 10 digits,
+// at most MaxAggregateLen arguments of at most MaxBulkLen bytes. An empty or
+// null array ("*0\r\n", "*-1\r\n") is skipped, as a Redis server skips it
+// without a reply. Anything else (an inline command, an argument that is
+// not a bulk string, a null bulk, a missing CRLF) loses the stream: see
+// Lost.
+//
+// The zero value is ready to use. A Written belongs to one connection and
+// must not be used from several goroutines at once.
+type Written struct {
+	st     uint8
+	kind   uint8 // class of the command being read, once its name is read
+	digits uint8 // digits of the number being read
+	nkept  uint8 // payload bytes kept in kept
+	neg    bool  // the count being read started with '-'
+	name   bool  // the argument being read is the command name
+	keep   bool  // the payload being read is kept in kept
+	lost   bool
+	last   bool // the last complete command is blocking
+	multi  bool // inside MULTI
+	x      xwalk
+	num    int64 // number being read; then payload bytes left
+	size   int64 // length of the argument being read
+	left   int64 // arguments left in the command, the one being read included
+	kept   [maxKeptName]byte
+}
+
+// Feed consumes p, the next bytes written to the server, and returns how
+// many commands it completed: a command counts once, in the call that
+// brings its last byte. If p makes the stream unreadable, Feed returns the
+// commands completed before the fault, and Lost reports true from then on.
+// Once the stream is lost, Feed returns 0.
+func (w *Written) Feed(p []byte) int {
+	n, i := 0, 0
+	for i < len(p) && !w.lost {
+		if w.st == wsStart && p[i] == '*' {
+			if k := w.whole(p[i:]); k > 0 {
+				n++
+				i += k
+				continue
+			}
+		}
+		var done bool
+		i, done = w.slow(p, i)
+		if done {
+			n++
+		}
+	}
+	return n
+}
+
+// LastBlocking reports whether the most recently completed command is a
+// blocking one (see Written). It is false before the first command, and
+// means nothing once the stream is lost.
+func (w *Written) LastBlocking() bool { return w.last }
+
+// Lost reports that the stream could not be framed as RESP arrays of bulk
+// strings (an inline command, garbage, a null argument, a violated limit).
+// It is reported at the first byte that no well-formed stream could
+// continue with. From then on Feed returns 0, and the caller must treat the
+// number of replies owed as unknown.
+func (w *Written) Lost() bool { return w.lost }
+
+// whole reads one complete command of at least one argument at the start
+// of b (b[0] == '*') and returns its length. It returns 0 if b does not
+// start with such a command, complete and well formed; slow then reads the
+// same bytes and decides.
+func (w *Written) whole(b []byte) int {
+	i, n := 1, int64(0)
+	for ; i < len(b); i++ {
+		c := b[i] - '0'
+		if c > 9 {
+			break
+		}
+		n = n*10 + int64(c)
+		if i > maxLenDigits {
+			return 0
+		}
+	}
+	// n == 0 also covers a count without digits: slow decides.
+	if n == 0 || n > MaxAggregateLen || len(b)-i < 2 || b[i] != '\r' || b[i+1] != '\n' {
+		return 0
+	}
+	i += 2
+	kind := cmdOther
+	var x xwalk
+	for a := range n {
+		if i >= len(b) || b[i] != '$' {
+			return 0
+		}
+		i++
+		d, size := i, int64(0)
+		for ; i < len(b); i++ {
+			c := b[i] - '0'
+			if c > 9 {
+				break
+			}
+			size = size*10 + int64(c)
+			if i-d >= maxLenDigits {
+				return 0
+			}
+		}
+		if i == d || size > MaxBulkLen || len(b)-i < 2 || b[i] != '\r' || b[i+1] != '\n' {
+			return 0
+		}
+		i += 2
+		if int64(len(b)-i) < size+2 {
+			return 0
+		}
+		e := i + int(size)
+		if b[e] != '\r' || b[e+1] != '\n' {
+			return 0
+		}
+		if a == 0 {
+			if uint(size-minClassified) <= maxClassified-minClassified {
+				kind = classify(b[i:e])
+				x.on = kind == cmdXRead
+			}
+		} else if x.on {
+			x.step(b[i:e], size)
+		}
+		i = e + 2
+	}
+	w.done(kind, x.blk)
+	return i
+}
+
+// slow advances the stream one step at a time over p[i:] until a command
+// completes (done is true), the stream is lost, or p is used up. It
+// returns the offset of the first byte not consumed. Payloads are stepped
+// over by their length.
+func (w *Written) slow(p []byte, i int) (next int, done bool) {
+	for i < len(p) {
+		c := p[i]
+		switch w.st {
+		case wsStart:
+			if c != '*' {
+				return w.lose()
+			}
+			w.st, w.num, w.digits, w.neg = wsCount, 0, 0, false
+		case wsCount:
+			switch {
+			case w.neg:
+				// Only "-1" is a count below zero.
+				if c == '1' && w.digits == 0 {
+					w.digits = 1
+				} else if c == '\r' && w.digits == 1 {
+					w.st = wsCountL
+				} else {
+					return w.lose()
+				}
+			case c >= '0' && c <= '9':
+				w.num = w.num*10 + int64(c-'0')
+				w.digits++
+				if w.digits > maxLenDigits || w.num > MaxAggregateLen {
+					return w.lose()
+				}
+			case c == '-' && w.digits == 0:
+				w.neg = true
+			case c == '\r' && w.digits > 0:
+				w.st = wsCountL
+			default:
+				return w.lose()
+			}
+		case wsCountL:
+			if c != '\n' {
+				return w.lose()
+			}
+			if w.neg || w.num == 0 {
+				// An empty or null array: no command, no reply.
+				w.st = wsStart
+				return i + 1, false
+			}
+			w.left, w.name, w.st = w.num, true, wsBulk
+		case wsBulk:
+			if c != '$' {
+				return w.lose()
+			}
+			w.st, w.num, w.digits = wsLen, 0, 0
+		case wsLen:
+			switch {
+			case c >= '0' && c <= '9':
+				w.num = w.num*10 + int64(c-'0')
+				w.digits++
+				if w.digits > maxLenDigits || w.num > MaxBulkLen {
+					return w.lose()
+				}
+			case c == '\r' && w.digits > 0:
+				w.st = wsLenL
+			default:
+				return w.lose()
+			}
+		case wsLenL:
+			if c != '\n' {
+				return w.lose()
+			}
+			w.size, w.nkept = w.num, 0
+			if w.name {
+				w.keep = w.num <= maxKeptName
+			} else {
+				w.keep = w.x.on && w.x.skip == 0 && w.num == xOptionLen
+			}
+			w.st = wsData
+			if w.num == 0 {
+				w.st = wsDataR
+			}
+		case wsData:
+			k := min(w.num, int64(len(p)-i))
+			if w.keep {
+				w.nkept += uint8(copy(w.kept[w.nkept:], p[i:i+int(k)]))
+			}
+			w.num -= k
+			if w.num == 0 {
+				w.st = wsDataR
+			}
+			i += int(k)
+			continue
+		case wsDataR:
+			if c != '\r' {
+				return w.lose()
+			}
+			w.st = wsDataL
+		case wsDataL:
+			if c != '\n' {
+				return w.lose()
+			}
+			w.argDone()
+			w.left--
+			if w.left == 0 {
+				w.done(w.kind, w.x.blk)
+				w.st = wsStart
+				return i + 1, true
+			}
+			w.st = wsBulk
+		}
+		i++
+	}
+	return i, false
+}
+
+// argDone takes note of a complete argument in the slow path.
+func (w *Written) argDone() {
+	var arg []byte
+	if w.keep {
+		arg = w.kept[:w.nkept]
+	}
+	if w.name {
+		w.name = false
+		w.kind = cmdOther
+		if w.keep {
+			w.kind = classify(arg)
+		}
+		w.x = xwalk{on: w.kind == cmdXRead}
+		return
+	}
+	if w.x.on {
+		w.x.step(arg, w.size)
+	}
+}
+
+// lose marks the stream lost; it returns what slow returns then.
+func (w *Written) lose() (int, bool) {
+	w.lost = true
+	return 0, false
+}
+
+// done records a complete command of class kind; blk tells whether an
+// XREAD carried BLOCK.
+func (w *Written) done(kind uint8, blk bool) {
+	switch kind {
+	case cmdBlocking:
+		w.last = !w.multi
+	case cmdXRead:
+		w.last = blk && !w.multi
+	case cmdMulti:
+		w.multi, w.last = true, false
+	case cmdEndMulti:
+		w.multi, w.last = false, false
+	default:
+		w.last = false
+	}
+}
+
+// xOptionLen is the length of the XREAD and XREADGROUP option words that
+// matter before STREAMS: BLOCK, COUNT, CLAIM, GROUP, NOACK.
+const xOptionLen = 5
+
+// xwalk follows the options of an XREAD or XREADGROUP, one argument at a
+// time, until BLOCK, STREAMS or an unknown word.
+type xwalk struct {
+	on   bool  // still reading options
+	blk  bool  // BLOCK seen
+	skip uint8 // option values still to step over
+}
+
+// step takes the next argument: size is its length; arg holds it when it
+// may be an option word (size xOptionLen, not a value).
+func (x *xwalk) step(arg []byte, size int64) {
+	if x.skip > 0 {
+		x.skip--
+		return
+	}
+	if size != xOptionLen {
+		x.on = false // STREAMS, or no option at all
+		return
+	}
+	switch {
+	case eqFold(arg, "block"):
+		x.blk, x.on = true, false
+	case eqFold(arg, "count"), eqFold(arg, "claim"):
+		x.skip = 1
+	case eqFold(arg, "group"):
+		x.skip = 2
+	case eqFold(arg, "noack"):
+	default:
+		x.on = false
+	}
+}
+
+// The lengths of the names classify recognises.
+const (
+	minClassified = 4  // WAIT, EXEC
+	maxClassified = 10 // BRPOPLPUSH, XREADGROUP
+)
+
+// classify returns the class of a command name, in any letter case.
+func classify(name []byte) uint8 {
+	switch len(name) {
+	case 4:
+		if eqFold(name, "wait") {
+			return cmdBlocking
+		}
+		if eqFold(name, "exec") {
+			return cmdEndMulti
+		}
+	case 5:
+		if eqFold(name, "blpop") || eqFold(name, "brpop") {
+			return cmdBlocking
+		}
+		if eqFold(name, "xread") {
+			return cmdXRead
+		}
+		if eqFold(name, "multi") {
+			return cmdMulti
+		}
+		if eqFold(name, "reset") {
+			return cmdEndMulti
+		}
+	case 6:
+		if eqFold(name, "blmove") || eqFold(name, "blmpop") || eqFold(name, "bzmpop") {
+			return cmdBlocking
+		}
+	case 7:
+		if eqFold(name, "waitaof") {
+			return cmdBlocking
+		}
+		if eqFold(name, "discard") {
+			return cmdEndMulti
+		}
+	case 8:
+		if eqFold(name, "bzpopmin") || eqFold(name, "bzpopmax") {
+			return cmdBlocking
+		}
+	case 10:
+		if eqFold(name, "brpoplpush") {
+			return cmdBlocking
+		}
+		if eqFold(name, "xreadgroup") {
+			return cmdXRead
+		}
+	}
+	return cmdOther
+}
+
+// eqFold reports whether b equals lower in any letter case. lower must be
+// lower-case letters only: then b[i]|0x20 == lower[i] holds exactly when
+// b[i] is that letter in either case.
+func eqFold(b []byte, lower string) bool {
+	if len(b) != len(lower) {
+		return false
+	}
+	for i := range len(b) {
+		if b[i]|0x20 != lower[i] {
+			return false
+		}
+	}
+	return true
+}
