@@ -110,7 +110,7 @@ func (m *Maint) dialWith(next dialFunc, o dialOpts) dialFunc {
 			}
 			c := m.wrap(t, raw, remote)
 			if o.inject {
-				c.prepareHandshake(o.tls)
+				c.prepareHandshake(ctx, o.tls)
 			}
 			return c, nil
 		}
@@ -212,12 +212,17 @@ type conn struct {
 	remote string
 
 	state atomic.Uint32
-	// busy is set by a write and cleared by a complete reply: a connection
-	// closed while it is set had a command in flight (for a pipeline, until
-	// its first reply). replies counts complete replies read.
-	busy    atomic.Bool
-	replies atomic.Uint64
-	sub     atomic.Bool // a subscriber: its replies are pushes, it has nothing in flight
+	// What the server owes (see owed): commands written, counted as they
+	// are written (before the bytes leave, so the count is never behind),
+	// and complete replies read. wr is the writer's counter; lastBlocking
+	// tells whether the last command written blocks server-side; lost, that
+	// the written stream could not be counted (what is owed is unknown).
+	wr           resp.Written
+	written      atomic.Uint64
+	replies      atomic.Uint64
+	lastBlocking atomic.Bool
+	lost         atomic.Bool
+	sub          atomic.Bool // a subscriber: its replies are pushes, it has nothing in flight
 	// checking is set by SyscallConn, the pool's health check, and cleared by
 	// the next deadline or write: while set, a read must not block, because
 	// the check peeks with no deadline and a stripped notification would
@@ -253,6 +258,7 @@ type conn struct {
 	// handshake.go); written by the writer only, before and at that write.
 	inject  []byte
 	optedIn atomic.Bool // the server answered the opt-in with +OK
+	hsLead  *hsState    // the endpoint's opt-in others wait for is this one's (guarded by Maint.mu)
 
 	closeOnce sync.Once
 	closeErr  atomic.Pointer[error] // why the Maint closed it
@@ -306,7 +312,6 @@ func isSubscription(name []byte) bool {
 }
 
 func (c *conn) onReply() {
-	c.busy.Store(false)
 	c.replies.Add(1)
 }
 
@@ -346,7 +351,14 @@ func (c *conn) readErr(err error) error {
 // server still owes well enough, and the write path stays a pass-through.
 func (c *conn) Write(p []byte) (int, error) {
 	c.checking.Store(false)
-	c.busy.Store(true)
+	if k := c.wr.Feed(p); k > 0 {
+		c.written.Add(uint64(k))
+		if b := c.wr.LastBlocking(); b != c.lastBlocking.Load() {
+			c.lastBlocking.Store(b)
+		}
+	} else if c.wr.Lost() && !c.lost.Load() {
+		c.lost.Store(true)
+	}
 	if !c.m.sawCheck.Load() {
 		c.m.noteUnchecked(c)
 	}
@@ -361,12 +373,46 @@ func (c *conn) Write(p []byte) (int, error) {
 	return n, c.readErr(err)
 }
 
+// owed is the number of replies the server still owes, or -1 when it is
+// unknown (the written stream could not be counted).
+func (c *conn) owed() int64 {
+	if c.lost.Load() {
+		return -1
+	}
+	w, r := int64(c.written.Load()), int64(c.replies.Load())
+	if r >= w {
+		return 0
+	}
+	return w - r
+}
+
+// closable reports whether maint may close the connection without making
+// go-redis run a command twice: it owes nothing (idle, or a subscriber,
+// which owes no reply), or what it owes is one blocking command, which has
+// not run to completion (BLPOP q 0: go-redis retries it on a new
+// connection, as it would after the server's close).
+func (c *conn) closable() (ok, blocking bool) {
+	if c.sub.Load() {
+		return true, false
+	}
+	switch c.owed() {
+	case 0:
+		return true, false
+	case 1:
+		if c.lastBlocking.Load() {
+			return true, true
+		}
+	}
+	return false, false
+}
+
 // Close closes the connection and forgets it.
 func (c *conn) Close() error {
 	var err error
 	c.closeOnce.Do(func() {
 		c.state.Store(stateClosed)
 		c.m.unregister(c)
+		c.m.leadGone(c)
 		err = c.raw.Close()
 	})
 	return err
@@ -381,6 +427,7 @@ func (c *conn) closeWith(why error) bool {
 		closed = true
 		c.state.Store(stateClosed)
 		c.m.unregister(c)
+		c.m.leadGone(c)
 		_ = c.raw.Close()
 	})
 	return closed

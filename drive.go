@@ -217,6 +217,16 @@ func (m *Maint) badInput(c *conn, seq int64, what string) {
 // node, the successor is where the data is.
 const pinAfterWindow = time.Minute
 
+// superseded reports whether a later MOVING replaced this handoff.
+func (r *run) superseded() bool {
+	select {
+	case <-r.stop:
+		return true
+	default:
+		return false
+	}
+}
+
 // supersede ends a handoff that a later MOVING replaced.
 func (r *run) supersede() {
 	select {
@@ -471,11 +481,16 @@ func (r *run) apply(act handoff.Action) {
 		m.emit(Event{Kind: EventRelease, Node: r.n.key, Seq: r.seq})
 	}
 	if act.Has(handoff.CloseRemaining) {
-		closed, busy := m.closeRetired(r.n)
+		closed, blocking, owed := m.closeRetired(r.n)
 		m.emit(Event{Kind: EventDrainCap, Node: r.n.key, Seq: r.seq, Count: closed,
-			Detail: fmt.Sprintf("with a command in flight %d", busy)})
+			Detail: fmt.Sprintf("with a blocking command in flight %d; left open, a reply owed %d", blocking, owed)})
 	}
 	if act.Has(handoff.Finish) {
+		if retired, _ := r.h.Retired(); retired && !r.superseded() {
+			// Connections left open at the cap for a reply that has come
+			// since: idle now, closed before the server closes them.
+			m.closeRetired(r.n)
+		}
 		if h := r.hold.Load(); h != nil {
 			m.releaseHold(h)
 		}

@@ -107,7 +107,8 @@ type Stats struct {
 	Handoffs      uint64 // handoffs started
 	Retired       uint64 // connections taken out of circulation
 	ClosedAtCap   uint64 // retired connections closed at the drain cap
-	BusyAtCap     uint64 // connections closed at the drain cap with a command in flight
+	BusyAtCap     uint64 // connections closed at the drain cap with a blocking command in flight
+	OwedAtCap     uint64 // connections left open at the drain cap because an ordinary command's reply was owed
 	Doomed        uint64 // new connections discarded for landing on a retiring node
 	Held          uint64 // commands that waited for a replacement
 	HeldTimeouts  uint64 // held commands whose context ended first
@@ -131,6 +132,7 @@ func (s *Stats) add(o Stats) {
 	s.Retired += o.Retired
 	s.ClosedAtCap += o.ClosedAtCap
 	s.BusyAtCap += o.BusyAtCap
+	s.OwedAtCap += o.OwedAtCap
 	s.Doomed += o.Doomed
 	s.Held += o.Held
 	s.HeldTimeouts += o.HeldTimeouts
@@ -143,7 +145,7 @@ func (s *Stats) add(o Stats) {
 
 type counters struct {
 	handshakes, handshakeErrors,
-	notifications, malformed, replayed, oversize, refusedSuccessors, handoffs, retired, closedAtCap, busyAtCap,
+	notifications, malformed, replayed, oversize, refusedSuccessors, handoffs, retired, closedAtCap, busyAtCap, owedAtCap,
 	doomed, held, heldTimeouts, relaxations, unsupported atomic.Uint64
 }
 
@@ -157,6 +159,7 @@ func (c *counters) snapshot() Stats {
 		Retired:       c.retired.Load(),
 		ClosedAtCap:   c.closedAtCap.Load(),
 		BusyAtCap:     c.busyAtCap.Load(),
+		OwedAtCap:     c.owedAtCap.Load(),
 		Doomed:        c.doomed.Load(),
 		Held:          c.held.Load(),
 		HeldTimeouts:  c.heldTimeouts.Load(),

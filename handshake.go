@@ -2,7 +2,9 @@ package maint
 
 import (
 	"bytes"
+	"context"
 	"strings"
+	"time"
 
 	"github.com/maintkit/maint/internal/resp"
 )
@@ -30,12 +32,50 @@ import (
 
 // prepareHandshake arms the connection's first write: if it is go-redis's
 // HELLO 3, the opt-in goes right behind it. Nothing is armed for an
-// endpoint that refused it within the cooldown.
-func (c *conn) prepareHandshake(tlsOn bool) {
-	if c.remote == "" || c.m.refusedRecently(c.remote) {
+// endpoint that refused it within the cooldown. While another connection's
+// opt-in to the same endpoint waits for its answer (a cold burst of first
+// connections), this one waits for that answer first, bounded by ctx and
+// handshakeWait: an endpoint that refuses is asked once, not once per
+// connection of the burst.
+func (c *conn) prepareHandshake(ctx context.Context, tlsOn bool) {
+	if c.remote == "" {
 		return
 	}
-	typ := c.m.endpointType(c.remote, tlsOn)
+	m := c.m
+	for waited := false; ; waited = true {
+		now := monoNow()
+		m.mu.Lock()
+		st := m.hs[c.remote]
+		if st == nil || (st.pending == nil && st.refusedUntil <= now && !st.ok) {
+			if st == nil {
+				st = &hsState{}
+				m.pruneHSLocked(now)
+				m.hs[c.remote] = st
+			}
+			st.pending = make(chan struct{})
+			c.hsLead = st
+			m.mu.Unlock()
+			break
+		}
+		if st.refusedUntil > now {
+			m.mu.Unlock()
+			return
+		}
+		ch := st.pending
+		m.mu.Unlock()
+		if ch == nil || waited {
+			break // supported: every connection opts in
+		}
+		t := time.NewTimer(handshakeWait)
+		select {
+		case <-ch:
+		case <-t.C:
+		case <-ctx.Done():
+		case <-m.ctx.Done():
+		}
+		t.Stop()
+	}
+	typ := m.endpointType(c.remote, tlsOn)
 	cmd := resp.AppendArrayHeader(nil, 5)
 	for _, a := range []string{"CLIENT", "MAINT_NOTIFICATIONS", "ON", "moving-endpoint-type", typ} {
 		cmd = resp.AppendBulk(cmd, []byte(a))
@@ -44,12 +84,97 @@ func (c *conn) prepareHandshake(tlsOn bool) {
 	c.rd.OnDropped = c.onHandshakeReply
 }
 
+// hsState is what a Maint knows of one endpoint's answer to the opt-in.
+// Guarded by Maint.mu.
+type hsState struct {
+	pending      chan struct{} // closed when the leading opt-in is answered (or its connection ends)
+	ok           bool          // the endpoint accepted an opt-in
+	refusedUntil mono          // it refused for lack of support: not asked until then
+	last         mono          // the last answer, for pruning
+}
+
+// handshakeWait bounds how long a new connection waits for the answer to
+// another connection's opt-in to the same endpoint.
+const handshakeWait = time.Second
+
+// answered records the answer to c's opt-in (accepted, or refused for lack
+// of support), and wakes the connections waiting for it.
+func (m *Maint) answered(c *conn, accepted, refused bool) {
+	now := monoNow()
+	m.mu.Lock()
+	if m.hs == nil {
+		m.hs = make(map[string]*hsState)
+	}
+	st := m.hs[c.remote]
+	if st == nil {
+		st = &hsState{}
+		m.hs[c.remote] = st
+	}
+	st.last = now
+	if accepted {
+		st.ok = true
+		st.refusedUntil = 0
+	}
+	if refused {
+		st.ok = false
+		if m.s.handshakeRetry > 0 {
+			st.refusedUntil = now + int64(m.s.handshakeRetry)
+		}
+	}
+	if c.hsLead == st && st.pending != nil {
+		close(st.pending)
+		st.pending = nil
+	}
+	c.hsLead = nil
+	m.mu.Unlock()
+}
+
+// leadGone releases the connections waiting on c's opt-in when c ends
+// before its answer came.
+func (m *Maint) leadGone(c *conn) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if st := c.hsLead; st != nil && st.pending != nil {
+		close(st.pending)
+		st.pending = nil
+	}
+	c.hsLead = nil
+}
+
+// maxHS bounds the endpoints remembered.
+const maxHS = 1024
+
+// pruneHSLocked forgets endpoints whose last answer is old and that are
+// not refused now, and the oldest ones past maxHS. m.mu is held.
+func (m *Maint) pruneHSLocked(now mono) {
+	if m.hs == nil {
+		m.hs = make(map[string]*hsState)
+	}
+	for k, st := range m.hs {
+		if st.pending == nil && st.refusedUntil <= now && now-st.last > int64(hsForget) {
+			delete(m.hs, k)
+		}
+	}
+	for k, st := range m.hs {
+		if len(m.hs) < maxHS {
+			break
+		}
+		if st.pending == nil {
+			delete(m.hs, k)
+		}
+	}
+}
+
+// hsForget is how long an endpoint's last answer is remembered.
+const hsForget = 10 * time.Minute
+
 // writeFirst writes go-redis's first command, and the opt-in behind it
 // when that command is HELLO 3.
 func (c *conn) writeFirst(p []byte) (int, error) {
 	cmd := c.inject
 	c.inject = nil
 	if !isHello3(p) {
+		c.m.leadGone(c) // no RESP3 here: nobody waits for this one
 		return c.raw.Write(p)
 	}
 	c.rd.DropReply(1) // HELLO's reply is go-redis's; the next one is ours
@@ -85,18 +210,23 @@ func isHello3(p []byte) bool {
 // Stripper took out of the stream.
 func (c *conn) onHandshakeReply(frame []byte) {
 	if len(frame) == 0 {
+		c.m.answered(c, false, false)
 		return
 	}
 	switch frame[0] {
 	case '+':
 		c.optedIn.Store(true)
+		c.m.answered(c, true, false)
 	case '-', '!':
 		msg := errorText(frame)
 		if noSupport(msg) {
-			c.m.noteRefusal(c.remote, msg)
+			c.m.noteRefusal(c, msg)
 		} else {
 			c.m.c.handshakeErrors.Add(1)
+			c.m.answered(c, false, false)
 		}
+	default:
+		c.m.answered(c, false, false)
 	}
 }
 
@@ -119,50 +249,19 @@ func noSupport(msg string) bool {
 		strings.Contains(m, "unknown option")
 }
 
-// maxRefusals bounds the endpoints remembered as refusing.
-const maxRefusals = 1024
-
-// refusedRecently reports whether endpoint refused the opt-in for lack of
-// support within the cooldown.
-func (m *Maint) refusedRecently(endpoint string) bool {
-	if m.s.handshakeRetry < 0 {
-		return false
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	until, ok := m.refusals[endpoint]
-	if !ok {
-		return false
-	}
-	if until <= monoNow() {
-		delete(m.refusals, endpoint)
-		return false
-	}
-	return true
-}
-
-// noteRefusal remembers that endpoint refused the opt-in for lack of
+// noteRefusal records that c's endpoint refused the opt-in for lack of
 // support, for the cooldown, and says so once per endpoint and cooldown.
-func (m *Maint) noteRefusal(endpoint, msg string) {
+func (m *Maint) noteRefusal(c *conn, msg string) {
 	now := monoNow()
 	m.mu.Lock()
-	if m.refusals == nil {
-		m.refusals = make(map[string]mono)
-	}
-	if until, ok := m.refusals[endpoint]; ok && until > now {
-		m.mu.Unlock()
-		return // another connection of the same burst
-	}
-	for k, until := range m.refusals {
-		if until <= now || len(m.refusals) >= maxRefusals {
-			delete(m.refusals, k)
-		}
-	}
-	if m.s.handshakeRetry > 0 {
-		m.refusals[endpoint] = now + int64(m.s.handshakeRetry)
-	}
+	st := m.hs[c.remote]
+	again := st != nil && st.refusedUntil > now // another connection of the same burst
 	m.mu.Unlock()
+	m.answered(c, false, true)
+	if again {
+		return
+	}
 	m.c.unsupported.Add(1)
-	m.logf("maint: %s does not support maintenance notifications (%s); asking again in %v", endpoint, msg, m.s.handshakeRetry)
-	m.emit(Event{Kind: EventUnsupported, Node: endpoint, Detail: msg})
+	m.logf("maint: %s does not support maintenance notifications (%s); asking again in %v", c.remote, msg, m.s.handshakeRetry)
+	m.emit(Event{Kind: EventUnsupported, Node: c.remote, Detail: msg})
 }

@@ -508,3 +508,56 @@ func TestMonitorIsASubscriber(t *testing.T) {
 	assert.False(t, isMonitor([]byte("*1\r\n$7\r\nMONITOX\r\n")))
 	assert.True(t, isMonitor([]byte("*1\r\n$7\r\nMONITOR\r\n")))
 }
+
+// Items 7 and 19: a zero-second window never closes a connection whose
+// reply is still owed before that reply arrives; once it has, the pool
+// refuses the connection.
+func TestZeroWindowNeverClosesAnOwedReply(t *testing.T) {
+	m := New(WithLogf(t.Logf))
+	defer m.Close()
+	c, raw := wrapDL(t, m, "127.0.0.2:6379", []byte("$1\r\n1\r\n"))
+	_, err := c.Write([]byte("*2\r\n$4\r\nincr\r\n$1\r\nk\r\n"))
+	require.NoError(t, err)
+	idle, idleRaw := wrapDL(t, m, "127.0.0.2:6379", nil)
+	c.onNotification(resp.AppendMoving(nil, 1, 0, "127.0.0.3:6379", false))
+	require.Eventually(t, func() bool { return c.n.run.Load() == nil }, 5*time.Second, time.Millisecond, "the handoff ends")
+	assert.True(t, idleRaw.closed, "an idle connection is closed at the cap")
+	assert.False(t, raw.closed, "the connection owed a reply is left open")
+	assert.EqualValues(t, 1, m.Stats().OwedAtCap)
+	var b [16]byte
+	n, err := c.Read(b[:])
+	require.NoError(t, err)
+	assert.Equal(t, "$1\r\n1\r\n", string(b[:n]), "the reply arrives")
+	_, err = c.SyscallConn()
+	assert.ErrorIs(t, err, ErrRetired, "then the pool refuses it")
+	_ = idle
+}
+
+// Item 19: a blocking command that owes its reply alone may be closed at the
+// cap (it has not completed; go-redis retries it); inside a pipeline it may not.
+func TestClosableAtTheCap(t *testing.T) {
+	m := New(WithLogf(t.Logf))
+	defer m.Close()
+	for _, tc := range []struct {
+		name  string
+		write string
+		ok    bool
+	}{
+		{"idle", "", true},
+		{"BLPOP alone", "*3\r\n$5\r\nBLPOP\r\n$1\r\nq\r\n$1\r\n0\r\n", true},
+		{"INCR", "*2\r\n$4\r\nINCR\r\n$1\r\nk\r\n", false},
+		{"INCR then BLPOP", "*2\r\n$4\r\nINCR\r\n$1\r\nk\r\n*3\r\n$5\r\nBLPOP\r\n$1\r\nq\r\n$1\r\n0\r\n", false},
+		{"inline, uncountable", "PING\r\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _ := wrapDL(t, m, "127.0.0.2:6379", nil)
+			if tc.write != "" {
+				_, err := c.Write([]byte(tc.write))
+				require.NoError(t, err)
+			}
+			ok, _ := c.closable()
+			assert.Equal(t, tc.ok, ok)
+			_ = c.Close()
+		})
+	}
+}

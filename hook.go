@@ -47,9 +47,9 @@ type Maint struct {
 	seen seenMovings
 	// registered counts registrations, to sweep idle nodes now and then.
 	registered uint64
-	// refusals are the endpoints that refused the opt-in for lack of
-	// support, until when (handshake.go). Guarded by mu, bounded.
-	refusals map[string]mono
+	// hs is what each endpoint answered to the opt-in (handshake.go).
+	// Guarded by mu, bounded.
+	hs map[string]*hsState
 	// configs are the options Configure claimed (see misuse.go).
 	configs []*maintnotifications.Config
 

@@ -10,9 +10,9 @@ import (
 type target struct {
 	addr string
 
-	pin         atomic.Pointer[pin] // successor to dial instead, during a window
-	lastRemote  atomic.Pointer[string]
-	next        atomic.Pointer[dialFunc] // the dial path below the Maint, for DNS probes
+	pin        atomic.Pointer[pin] // successor to dial instead, during a window
+	lastRemote atomic.Pointer[string]
+	next       atomic.Pointer[dialFunc] // the dial path below the Maint, for DNS probes
 	// tlsOn is set by Configure when the client uses TLS; opaque when a
 	// connection of the target hid its TLS state (a Dialer returning a
 	// wrapped *tls.Conn), so that a successor could not be verified.
@@ -212,23 +212,33 @@ func (m *Maint) retireConn(c *conn, refuse bool) bool {
 // only when the process hooks can hold commands before they take one.
 func (m *Maint) refuses(holding bool) bool { return !holding || !m.hooked.Load() }
 
-// closeRetired closes the draining connections still open to n: the drain
-// cap has passed. It returns how many it closed and how many of those had a
-// command in flight.
-func (m *Maint) closeRetired(n *node) (closed, busy int) {
+// closeRetired closes the draining connections still open to n that may be
+// closed without running a command twice (see conn.closable): the drain cap
+// has passed. A connection whose reply to an ordinary command is still owed
+// is left open: closing it would make go-redis retry that command elsewhere,
+// a write run twice. Its reply comes (the pool then refuses it, and the
+// handoff's end closes it) or the server closes it. It returns how many it
+// closed, how many of those had a blocking command in flight, and how many
+// it left because a reply was owed.
+func (m *Maint) closeRetired(n *node) (closed, blocking, owed int) {
 	for _, c := range n.snapshot() {
 		if !c.draining() {
 			continue
 		}
-		wasBusy := c.busy.Load() && !c.sub.Load()
+		ok, b := c.closable()
+		if !ok {
+			owed++
+			continue
+		}
 		if c.closeWith(ErrDrainCap) {
 			closed++
-			if wasBusy {
-				busy++
+			if b {
+				blocking++
 			}
 		}
 	}
 	m.c.closedAtCap.Add(uint64(closed))
-	m.c.busyAtCap.Add(uint64(busy))
-	return closed, busy
+	m.c.busyAtCap.Add(uint64(blocking))
+	m.c.owedAtCap.Add(uint64(owed))
+	return closed, blocking, owed
 }
