@@ -56,6 +56,7 @@ const (
 	pushPending              // a push whose name is not known yet: held back
 	pushPass                 // a push that is passed through
 	pushStrip                // a push that is removed from the stream
+	pushDrop                 // a reply removed by DropReply
 )
 
 // Stripper removes selected push frames from a RESP3 reply stream.
@@ -74,9 +75,10 @@ const (
 // not by a stack. Only the frames the Stripper removes are buffered, up to
 // MaxStripped each.
 //
-// The output is exactly the input minus whole stripped frames. Top-level
-// attributes ('|') and pushes that are not stripped pass through and are
-// not counted as replies; pushes nested in other values are plain data.
+// The output is exactly the input minus whole stripped frames and the
+// reply removed by DropReply. Top-level attributes ('|') and pushes that are
+// not stripped pass through and are not counted as replies; pushes nested in
+// other values are plain data.
 //
 // The zero value (with the callback fields set as needed) is ready to use.
 // A Stripper must not be copied after first use and must not be used from
@@ -98,17 +100,26 @@ type Stripper struct {
 	// not called for it; StrippedOversize counts them.
 	OnOversize func(name []byte, size int64)
 	// OnReply is called once per complete top-level frame that is not a
-	// push and not an attribute (i.e. one reply to one command).
+	// push and not an attribute (i.e. one reply to one command), except the
+	// reply removed by DropReply.
 	OnReply func()
+	// OnDropped receives the reply removed by DropReply or TakeDropped,
+	// once it is complete: the whole frame (aliases internal memory, valid
+	// only during the call), or nil if it is larger than MaxStripped (it
+	// is removed all the same). If the stream ends or turns out malformed
+	// before the reply is complete, its bytes are passed through as those
+	// of a stripped push are, and OnDropped is not called.
+	OnDropped func(frame []byte)
 	// OnMalformed is called once if the stream cannot be framed: a byte
 	// that cannot start a value, a bad or overflowing length, a missing
 	// CRLF. After that the Stripper passes all bytes through unchanged and
 	// calls nothing else. Bytes of a stripped push that were already
 	// discarded because it exceeded MaxStripped cannot be given back.
 	OnMalformed func(err error)
-	// MaxStripped is the largest push frame buffered for stripping; 0 means
-	// DefaultMaxStripped. A larger matched push is discarded as it streams:
-	// it is still removed, but OnStripped is not called (see OnOversize).
+	// MaxStripped is the largest push frame (or dropped reply) buffered
+	// for stripping; 0 means DefaultMaxStripped. A larger matched push is
+	// discarded as it streams: it is still removed, but OnStripped is not
+	// called (see OnOversize).
 	MaxStripped int
 
 	// Parser state.
@@ -128,14 +139,18 @@ type Stripper struct {
 	// can then count down.
 	want uint64
 
-	// The current top-level push.
+	// dropIn is 0, or 1 + the number of replies to complete before the
+	// reply DropReply asked to remove begins.
+	dropIn int
+
+	// The current top-level push (or dropped reply).
 	push     uint8
 	start    int // offset of its first byte in the buffer being scanned
 	nameAt   int // offset of its name in that buffer (while pending)
 	nameLen  int
-	sbuf     []byte // bytes of a stripped push from earlier reads
+	sbuf     []byte // bytes of a removed frame from earlier reads
 	ssize    int64  // how many bytes of it came in earlier reads
-	oversize bool   // the stripped push exceeded MaxStripped; sbuf dropped
+	oversize bool   // the removed frame exceeded MaxStripped; sbuf dropped
 	nOver    uint64
 	name     [maxNameLen]byte // name of the stripped push, for OnOversize
 	nname    int
@@ -160,16 +175,18 @@ func (s *Stripper) StrippedOversize() uint64 { return s.nOver }
 
 // Passthrough reports whether the Stripper has stopped parsing and passes
 // bytes through unchanged: after a framing error (OnMalformed was called),
-// or after io.EOF arrived in the middle of a held-back or stripped push.
+// or after io.EOF arrived in the middle of a held-back or stripped push or
+// a dropped reply.
 func (s *Stripper) Passthrough() bool { return s.dead }
 
-// Reset clears all stream state, so the Stripper can serve a new
-// connection. The callbacks, MaxStripped and the internal buffers are kept.
+// Reset clears all stream state (including a pending drop), so the Stripper
+// can serve a new connection. The callbacks, MaxStripped and the internal
+// buffers are kept.
 func (s *Stripper) Reset() {
 	*s = Stripper{
 		Strip: s.Strip, OnStripped: s.OnStripped, OnOversize: s.OnOversize,
-		OnReply: s.OnReply, OnMalformed: s.OnMalformed, MaxStripped: s.MaxStripped,
-		sbuf: s.sbuf[:0],
+		OnReply: s.OnReply, OnDropped: s.OnDropped, OnMalformed: s.OnMalformed,
+		MaxStripped: s.MaxStripped, sbuf: s.sbuf[:0],
 	}
 }
 
@@ -273,7 +290,7 @@ func (s *Stripper) noProgress() error {
 }
 
 // flushAtEOF passes through whatever is held back when the stream ends in
-// the middle of a pending or stripped push.
+// the middle of a pending or stripped push or a dropped reply.
 func (s *Stripper) flushAtEOF() {
 	if s.dead {
 		return
@@ -283,7 +300,7 @@ func (s *Stripper) flushAtEOF() {
 		s.nhold = 0
 		s.dead = true
 	}
-	if s.push == pushStrip {
+	if s.push >= pushStrip {
 		s.tail = append(s.tail, s.sbuf...)
 		s.sbuf = s.sbuf[:0]
 		s.dead = true
@@ -321,7 +338,7 @@ func (s *Stripper) resetParser() {
 // from it in place and returns the length of the output left at buf[:n].
 func (s *Stripper) scan(buf []byte) int {
 	s.w, s.keep = 0, 0
-	if s.push == pushStrip {
+	if s.push >= pushStrip {
 		s.start = 0
 	}
 	i := 0
@@ -336,6 +353,11 @@ func (s *Stripper) scan(buf []byte) int {
 				s.push = pushNone
 				if c == '>' {
 					s.push = pushPending
+				} else if s.dropIn == 1 && c != '|' {
+					// The reply DropReply asked for.
+					s.dropIn = 0
+					s.flush(buf, i)
+					s.remove(pushDrop)
 				}
 			} else if s.push == pushPending {
 				// The first element of a pending push: its name.
@@ -482,7 +504,7 @@ func (s *Stripper) scan(buf []byte) int {
 		// Unreachable by construction (see holdCap); pass it on rather
 		// than fail.
 		s.push = pushPass
-	case pushStrip:
+	case pushStrip, pushDrop:
 		part := buf[s.start:]
 		s.ssize += int64(len(part))
 		if !s.oversize && len(s.sbuf)+len(part) <= s.maxStripped() {
@@ -633,40 +655,64 @@ func (s *Stripper) decide(buf []byte) {
 	name := buf[s.nameAt : s.nameAt+s.nameLen]
 	if s.Strip != nil && s.Strip(name) {
 		s.flush(buf, s.start)
-		s.push = pushStrip
-		s.sbuf = s.sbuf[:0]
-		s.ssize = 0
-		s.oversize = false
+		s.remove(pushStrip)
 		s.nname = copy(s.name[:], name)
 	} else {
 		s.push = pushPass
 	}
 }
 
+// remove starts removing the current top-level frame, from s.start: a
+// stripped push or a dropped reply (how is pushStrip or pushDrop). The
+// bytes before it must have been flushed.
+func (s *Stripper) remove(how uint8) {
+	s.push = how
+	s.sbuf = s.sbuf[:0]
+	s.ssize = 0
+	s.oversize = false
+}
+
 // topDone handles the end of a top-level frame at buf[:end].
 func (s *Stripper) topDone(buf []byte, end int) {
 	switch s.push {
-	case pushStrip:
+	case pushNone:
+		if s.top != '|' {
+			if s.dropIn > 1 {
+				s.dropIn--
+			}
+			if s.OnReply != nil {
+				s.OnReply()
+			}
+		}
+	case pushStrip, pushDrop:
+		// The frame is removed: buf[s.start:end] and s.sbuf before it.
 		size := s.ssize + int64(end-s.start)
+		var frame []byte
+		if !s.oversize && size <= int64(s.maxStripped()) {
+			frame = buf[s.start:end]
+			if len(s.sbuf) > 0 {
+				s.sbuf = append(s.sbuf, frame...)
+				frame = s.sbuf
+			}
+		}
+		// Done with the frame before any callback runs.
+		s.keep = end
+		how := s.push
+		s.push = pushNone
+		s.sbuf = s.sbuf[:0]
+		s.oversize = false
 		switch {
-		case s.oversize || size > int64(s.maxStripped()):
+		case how == pushDrop:
+			if s.OnDropped != nil {
+				s.OnDropped(frame)
+			}
+		case frame == nil:
 			s.nOver++
 			if s.OnOversize != nil {
 				s.OnOversize(s.name[:s.nname], size)
 			}
-		case s.OnStripped == nil:
-		case len(s.sbuf) == 0:
-			s.OnStripped(buf[s.start:end])
-		default:
-			s.sbuf = append(s.sbuf, buf[s.start:end]...)
-			s.OnStripped(s.sbuf)
-		}
-		s.sbuf = s.sbuf[:0]
-		s.oversize = false
-		s.keep = end
-	case pushNone:
-		if s.top != '|' && s.OnReply != nil {
-			s.OnReply()
+		case s.OnStripped != nil:
+			s.OnStripped(frame)
 		}
 	}
 	s.push = pushNone
@@ -677,11 +723,11 @@ func (s *Stripper) topDone(buf []byte, end int) {
 // passed on in stream order. It returns the output length of buf.
 func (s *Stripper) fail(buf []byte, err error) int {
 	s.dead = true
-	if s.push == pushStrip && len(s.sbuf) > 0 {
+	if s.push >= pushStrip && len(s.sbuf) > 0 {
 		s.tail = append(s.sbuf, buf[s.start:]...)
 		s.sbuf = nil
 	} else {
-		if s.push == pushStrip {
+		if s.push >= pushStrip {
 			s.keep = s.start
 		}
 		s.flush(buf, len(buf))
@@ -700,4 +746,119 @@ func (s *Stripper) fail(buf []byte, err error) int {
 func (s *Stripper) AtBoundary() bool {
 	return !s.dead && s.st == stType && s.want == 0 && s.push == pushNone &&
 		s.nhold == 0 && s.qOff == s.qEnd && len(s.tail) == 0 && s.err == nil
+}
+
+// DropReply arranges for one reply to be removed from the stream: the first
+// reply (a top-level frame that is neither a push nor an attribute) that
+// begins after after more replies have completed, counting from now. A reply
+// under way when DropReply is called counts as one of them when it
+// completes, and is never dropped itself.
+//
+// The dropped reply is removed exactly as a stripped push is: the output
+// is the input minus the whole frame; it is handed to OnDropped (buffered up
+// to MaxStripped) and does not call OnReply. Pushes before or after it are
+// stripped or passed as usual; a top-level attribute just before it passes
+// through (go-redis discards attributes).
+//
+// At most one drop is pending: a call replaces the pending one, and a
+// negative after cancels it. A reply already being dropped is not affected.
+// DropReply may be called from the callbacks.
+func (s *Stripper) DropReply(after int) {
+	if after < 0 {
+		s.dropIn = 0
+		return
+	}
+	s.dropIn = after + 1
+}
+
+// DropPending reports whether a drop asked for by DropReply is pending,
+// and after how many more complete replies the dropped reply begins. It
+// reports false once that reply has begun.
+func (s *Stripper) DropPending() (after int, ok bool) {
+	return s.dropIn - 1, s.dropIn > 0
+}
+
+// TakeDropped records frame as the dropped reply, for a caller that takes
+// whole frames off the stream itself while the Stripper stands
+// AtBoundary. If a drop is pending with after == 0, the Stripper is
+// AtBoundary and frame is exactly one whole top-level frame that is not a
+// push or an attribute, it clears the pending drop, calls OnDropped (with
+// nil if frame is larger than MaxStripped) and returns true. Otherwise it
+// returns false and changes nothing.
+func (s *Stripper) TakeDropped(frame []byte) bool {
+	if s.dropIn != 1 || !s.AtBoundary() || len(frame) == 0 || frame[0] == '>' || frame[0] == '|' ||
+		frameLen(frame) != len(frame) {
+		return false
+	}
+	s.dropIn = 0
+	if s.OnDropped != nil {
+		if len(frame) > s.maxStripped() {
+			frame = nil
+		}
+		s.OnDropped(frame)
+	}
+	return true
+}
+
+// frameLen returns the length of the whole top-level frame at the start of
+// b, by the Stripper's rules, or -1 if b holds only part of one or cannot
+// be framed.
+func frameLen(b []byte) int {
+	var want uint64 // as Stripper.want
+	i := 0
+	for i < len(b) {
+		t := b[i]
+		cl := typeClass[t]
+		if cl == clInvalid {
+			return -1
+		}
+		cr := lineEnd(b, i+1, cl)
+		if cr < 0 {
+			return -1
+		}
+		body := b[i+1 : cr]
+		i = cr + 2
+		if cl != clLine {
+			n, err := parseLength(t, body)
+			if err != nil {
+				return -1
+			}
+			if cl == clBlob {
+				if n >= 0 {
+					if n > int64(len(b)-i-2) || b[i+int(n)] != '\r' || b[i+int(n)+1] != '\n' {
+						return -1
+					}
+					i += int(n) + 2
+				}
+			} else if n > 0 {
+				if n > int64(len(b)) {
+					return -1 // more elements than bytes
+				}
+				e := uint64(n)
+				if cl == clMap {
+					e *= 2
+				}
+				switch {
+				case want == 0:
+					want = e
+				case t == '|':
+					want += e
+				default:
+					want += e - 1
+				}
+				continue
+			} else if t == '|' && want != 0 {
+				continue // an empty nested attribute
+			}
+		}
+		// A value is complete.
+		if want == 0 {
+			return i
+		}
+		want--
+		if want == 0 {
+			return i
+		}
+	}
+	return -1
 }

@@ -22,6 +22,7 @@ type refResult struct {
 	out      []byte
 	replies  int
 	stripped []string // stripped frames, in order
+	dropped  []string // the dropped reply, if it is complete
 	bad      bool     // the stream ends in a malformed or truncated frame
 	good     int      // len(out) before the bad part was appended
 }
@@ -109,7 +110,16 @@ func refValue(in []byte, off int, nested bool) (int, error) {
 // frame the whole input, drop matching pushes, and pass the rest through
 // from the first frame that cannot be read.
 func refStrip(in []byte, strip func([]byte) bool) refResult {
+	return refStripDrop(in, strip, -1, 0)
+}
+
+// refStripDrop is refStrip with DropReply(after) called when the Stripper
+// had consumed dropAt bytes of in (-1: never). The dropped reply is the
+// first that starts at or after dropAt once after replies have completed
+// after dropAt.
+func refStripDrop(in []byte, strip func([]byte) bool, dropAt, after int) refResult {
 	var res refResult
+	dropping := dropAt >= 0
 	for off := 0; off < len(in); {
 		end, err := refValue(in, off, false)
 		if err != nil {
@@ -119,6 +129,7 @@ func refStrip(in []byte, strip func([]byte) bool) refResult {
 			return res
 		}
 		frame := in[off:end]
+		start := off
 		off = end
 		switch frame[0] {
 		case '>':
@@ -128,7 +139,15 @@ func refStrip(in []byte, strip func([]byte) bool) refResult {
 			}
 		case '|':
 		default:
+			if dropping && start >= dropAt && after == 0 {
+				res.dropped = append(res.dropped, string(frame))
+				dropping = false
+				continue
+			}
 			res.replies++
+			if dropping && end > dropAt {
+				after = max(after-1, 0)
+			}
 		}
 		res.out = append(res.out, frame...)
 	}
@@ -168,6 +187,7 @@ type chunkReader struct {
 	sizes       []int
 	k           int
 	eofWithData bool
+	consumed    int // bytes returned so far
 }
 
 func (c *chunkReader) Read(p []byte) (int, error) {
@@ -181,6 +201,7 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 	}
 	n := copy(p, c.data[:min(size, len(c.data))])
 	c.data = c.data[n:]
+	c.consumed += n
 	if len(c.data) == 0 && c.eofWithData {
 		return n, io.EOF
 	}
@@ -193,23 +214,46 @@ type stripResult struct {
 	replies   int
 	stripped  []string
 	oversize  []string // "name size" per OnOversize call
+	dropped   []string // per OnDropped call; "<nil>" for a nil frame
+	dropAt    int      // bytes consumed when DropReply was called, or -1
 	malformed int
 	err       error
 }
 
+// dropCall asks runStripper to call DropReply(after) just before Read
+// number read (counting from 1); read 0 means never.
+type dropCall struct{ read, after int }
+
 // runStripper feeds in through a Stripper with the given chunking and Read
 // buffer size, and collects everything it reports.
 func runStripper(s *Stripper, r io.Reader, psize int) stripResult {
-	var res stripResult
+	return runStripperDrop(s, r, psize, dropCall{})
+}
+
+// runStripperDrop is runStripper with a call to DropReply; r must be a
+// *chunkReader if drop.read > 0.
+func runStripperDrop(s *Stripper, r io.Reader, psize int, drop dropCall) stripResult {
+	res := stripResult{dropAt: -1}
 	s.Strip = stripMaint
 	s.OnReply = func() { res.replies++ }
 	s.OnStripped = func(f []byte) { res.stripped = append(res.stripped, string(f)) }
 	s.OnOversize = func(name []byte, size int64) {
 		res.oversize = append(res.oversize, fmt.Sprintf("%s %d", name, size))
 	}
+	s.OnDropped = func(f []byte) {
+		if f == nil {
+			res.dropped = append(res.dropped, "<nil>")
+		} else {
+			res.dropped = append(res.dropped, string(f))
+		}
+	}
 	s.OnMalformed = func(error) { res.malformed++ }
 	p := make([]byte, psize)
-	for {
+	for i := 1; ; i++ {
+		if i == drop.read {
+			s.DropReply(drop.after)
+			res.dropAt = r.(*chunkReader).consumed
+		}
 		n, err := s.Read(r, p)
 		if n == 0 && err == nil {
 			res.err = errors.New("Read returned (0, nil)")
@@ -233,17 +277,32 @@ func short(b []byte) string {
 	return fmt.Sprintf("%q", b)
 }
 
+// stripRun is one way of feeding an input through a Stripper.
+type stripRun struct {
+	sizes []int // chunk sizes (see chunkReader)
+	psize int   // Read buffer size
+	max   int   // MaxStripped
+	eof   bool  // io.EOF comes with the last chunk
+	drop  dropCall
+}
+
 // checkStripper compares a Stripper run over in against the reference and
 // returns what the Stripper produced. exact reports whether the result is
 // fully determined by the input (it is not when a stripped push outgrew
 // MaxStripped and then turned out malformed or truncated).
 func checkStripper(t testing.TB, in []byte, sizes []int, psize, maxStripped int, eofWithData bool) (got stripResult, exact bool) {
 	t.Helper()
-	want := refStrip(in, stripMaint)
-	s := &Stripper{MaxStripped: maxStripped}
-	got = runStripper(s, &chunkReader{data: in, sizes: sizes, eofWithData: eofWithData}, psize)
+	return checkRun(t, in, stripRun{sizes: sizes, psize: psize, max: maxStripped, eof: eofWithData})
+}
+
+// checkRun is checkStripper for any stripRun.
+func checkRun(t testing.TB, in []byte, run stripRun) (got stripResult, exact bool) {
+	t.Helper()
+	s := &Stripper{MaxStripped: run.max}
+	got = runStripperDrop(s, &chunkReader{data: in, sizes: run.sizes, eofWithData: run.eof}, run.psize, run.drop)
+	want := refStripDrop(in, stripMaint, got.dropAt, run.drop.after)
 	where := func() string {
-		return fmt.Sprintf("input %s, chunks %v, p %d, max %d", short(in), sizes, psize, maxStripped)
+		return fmt.Sprintf("input %s, %+v, dropped at %d", short(in), run, got.dropAt)
 	}
 	if got.err != nil {
 		t.Fatalf("%s: error %v", where(), got.err)
@@ -251,10 +310,10 @@ func checkStripper(t testing.TB, in []byte, sizes []int, psize, maxStripped int,
 	max := s.maxStripped()
 	exact = !want.bad || max >= len(in)
 	if !exact {
-		// A stripped push that outgrew MaxStripped was discarded as it
-		// streamed; if it then turns out malformed or truncated, the
-		// discarded bytes cannot come back. Only the good prefix is
-		// certain.
+		// A stripped push (or dropped reply) that outgrew MaxStripped was
+		// discarded as it streamed; if it then turns out malformed or
+		// truncated, the discarded bytes cannot come back. Only the good
+		// prefix is certain.
 		if !bytes.HasPrefix(got.out, want.out[:want.good]) || len(got.out) > len(want.out) {
 			t.Fatalf("%s:\n out %s\nwant %s (good prefix %d)", where(), short(got.out), short(want.out), want.good)
 		}
@@ -274,7 +333,7 @@ func checkStripper(t testing.TB, in []byte, sizes []int, psize, maxStripped int,
 		t.Fatalf("%s: Passthrough %v on a well-formed stream", where(), s.Passthrough())
 	}
 	// Which stripped frames are reported depends on MaxStripped.
-	var wantStripped, wantOver []string
+	var wantStripped, wantOver, wantDropped []string
 	for _, f := range want.stripped {
 		if len(f) > max {
 			name, _ := refPushName([]byte(f))
@@ -287,6 +346,20 @@ func checkStripper(t testing.TB, in []byte, sizes []int, psize, maxStripped int,
 		s.StrippedOversize() != uint64(len(wantOver)) {
 		t.Fatalf("%s: stripped %q (oversize %q, %d), want %q (oversize %q)", where(),
 			got.stripped, got.oversize, s.StrippedOversize(), wantStripped, wantOver)
+	}
+	for _, f := range want.dropped {
+		if len(f) > max {
+			f = "<nil>"
+		}
+		wantDropped = append(wantDropped, f)
+	}
+	if fmt.Sprint(got.dropped) != fmt.Sprint(wantDropped) {
+		t.Fatalf("%s: dropped %q, want %q", where(), got.dropped, wantDropped)
+	}
+	// The drop stays pending exactly as long as no reply was dropped (a
+	// reply being dropped when the stream failed also clears it).
+	if _, pending := s.DropPending(); got.dropAt >= 0 && !want.bad && pending != (len(want.dropped) == 0) {
+		t.Fatalf("%s: DropPending %v after dropping %q", where(), pending, want.dropped)
 	}
 	return got, exact
 }
