@@ -154,7 +154,89 @@ func FuzzStripper(f *testing.F) {
 		f.Add([]byte(in), []byte{1}, uint16(4096), uint16(8), true)
 		f.Add([]byte(in), []byte{13, 0, 2}, uint16(1), uint16(0), false)
 	}
+	for _, in := range []string{
+		"*3\r\n%9223372036854775807\r\n:1\r\n",
+		"$0000000000000000003\r\nabc\r\n" + movingFrame,
+		strings.Repeat("*1\r\n", 70) + ":1\r\n" + movingFrame,
+	} {
+		f.Add([]byte(in), []byte{3}, uint16(7), uint16(0), false)
+	}
 	f.Fuzz(func(t *testing.T, in, chunks []byte, psize, max uint16, eofWithData bool) {
-		checkStripper(t, in, fuzzChunks(chunks), int(psize)%600+1, int(max)%256, eofWithData)
+		// The output matches the reference whatever the chunking, and two
+		// chunkings agree on everything the Stripper reports.
+		a, exactA := checkStripper(t, in, fuzzChunks(chunks), int(psize)%600+1, int(max)%256, eofWithData)
+		b, exactB := checkStripper(t, in, nil, 4096, int(max)%256, false)
+		if exactA && exactB && (!bytes.Equal(a.out, b.out) || a.replies != b.replies ||
+			!reflect.DeepEqual(a.stripped, b.stripped) || !reflect.DeepEqual(a.oversize, b.oversize)) ||
+			a.malformed != b.malformed {
+			t.Fatalf("chunking changes the result:\n%+v\n%+v", a, b)
+		}
+		checkRefAgainstReadFrame(t, in)
+	})
+}
+
+// checkRefAgainstReadFrame checks the Stripper's reference framer against
+// ReadFrame, where ReadFrame's limits allow: every frame ReadFrame reads,
+// refValue frames alike, and a frame ReadFrame finds truncated, refValue
+// does not accept.
+func checkRefAgainstReadFrame(t *testing.T, in []byte) {
+	br := bufio.NewReader(bytes.NewReader(in))
+	for off := 0; ; {
+		frame, err := ReadFrame(br, nil)
+		if err == io.EOF {
+			return
+		}
+		end, refErr := refValue(in, off, false)
+		switch {
+		case err == nil && (refErr != nil || end != off+len(frame)):
+			t.Fatalf("at %d ReadFrame reads %q, refValue ends at %d (%v)", off, frame, end, refErr)
+		case errors.Is(err, io.ErrUnexpectedEOF) && refErr == nil:
+			t.Fatalf("at %d ReadFrame finds a truncated frame, refValue one of %d bytes", off, end-off)
+		case err != nil:
+			return
+		}
+		off = end
+	}
+}
+
+func FuzzStripperDrop(f *testing.F) {
+	for _, in := range dropCases {
+		f.Add([]byte(in), []byte{5, 1}, uint16(7), uint16(0), uint8(0), uint8(1))
+		f.Add([]byte(in), []byte{1}, uint16(4096), uint16(8), uint8(2), uint8(0))
+	}
+	for _, in := range stripperCases {
+		f.Add([]byte(in), []byte{3}, uint16(4096), uint16(8), uint8(1), uint8(0))
+	}
+	f.Fuzz(func(t *testing.T, in, chunks []byte, psize, maxStripped uint16, read, after uint8) {
+		// DropReply(after) before Read number read+1: the output matches
+		// the reference whatever the chunking.
+		drop := dropCall{read: int(read%6) + 1, after: int(after % 4)}
+		a, exactA := checkRun(t, in, stripRun{sizes: fuzzChunks(chunks), psize: int(psize)%600 + 1, max: int(maxStripped) % 256, drop: drop})
+		if drop.read == 1 {
+			// Called before the first Read, the drop does not depend on
+			// the chunking at all.
+			b, exactB := checkRun(t, in, stripRun{psize: 4096, max: int(maxStripped) % 256, drop: drop})
+			if exactA && exactB && (!bytes.Equal(a.out, b.out) || !reflect.DeepEqual(a.dropped, b.dropped)) {
+				t.Fatalf("chunking changes the result:\n%+v\n%+v", a, b)
+			}
+		}
+
+		// TakeDropped accepts exactly one whole frame that is a reply.
+		checkFrameLen(t, in)
+		end, err := refValue(in, 0, false)
+		isReply := err == nil && in[0] != '>' && in[0] != '|'
+		for _, frame := range [][]byte{in, in[:max(end, 0)]} {
+			s := &Stripper{}
+			var dropped [][]byte
+			s.OnDropped = func(f []byte) { dropped = append(dropped, f) }
+			s.DropReply(0)
+			want := isReply && len(frame) == end
+			if s.TakeDropped(frame) != want || len(dropped) != map[bool]int{true: 1}[want] {
+				t.Fatalf("TakeDropped(%s): want %v, OnDropped %q", short(frame), want, dropped)
+			}
+			if _, pending := s.DropPending(); pending == want {
+				t.Fatalf("TakeDropped(%s) = %v, DropPending %v", short(frame), want, pending)
+			}
+		}
 	})
 }

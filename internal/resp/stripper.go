@@ -1,8 +1,10 @@
 package resp
 
 import (
+	"bytes"
 	"errors"
 	"io"
+	"math"
 )
 
 // DefaultMaxStripped is the MaxStripped used when the field is 0.
@@ -13,10 +15,19 @@ const DefaultMaxStripped = 64 << 10
 // stripped. It bounds the bytes held back while a name is incomplete.
 const maxNameLen = 64
 
-// holdCap is the room for a held-back push prefix: '>' + 10 digits + CRLF,
-// then '$' + 10 digits + CRLF + a name of maxNameLen + CRLF = 92 bytes at
+// lenDigits is the most digits the Stripper accepts in a length or count:
+// every int64 has at most 19. More digits, or a value above math.MaxInt64,
+// is malformed. (ReadFrame has its own, tighter limits; the Stripper has
+// none: it buffers nothing of the frames it passes on.)
+const lenDigits = 19
+
+// holdCap is the room for a held-back push prefix: '>' + 19 digits + CRLF,
+// then '$' + 19 digits + CRLF + a name of maxNameLen + CRLF = 110 bytes at
 // most.
 const holdCap = 128
+
+// holdCap holds the longest pending push prefix (compile-time check).
+const _ = uint(holdCap - (2*(1+lenDigits+2) + maxNameLen + 2))
 
 // workCap is the staging buffer used when the caller's buffer is too small
 // to hold the held-back bytes and something new.
@@ -45,6 +56,7 @@ const (
 	pushPending              // a push whose name is not known yet: held back
 	pushPass                 // a push that is passed through
 	pushStrip                // a push that is removed from the stream
+	pushDrop                 // a reply removed by DropReply
 )
 
 // Stripper removes selected push frames from a RESP3 reply stream.
@@ -52,13 +64,21 @@ const (
 // It parses the stream incrementally, as it arrives in arbitrary chunks,
 // and never buffers replies: bytes of non-stripped frames are passed on as
 // soon as they are read, except the first bytes of a push whose name is not
-// complete yet (at most about 100 bytes), which are held back until the name
+// complete yet (at most about 110 bytes), which are held back until the name
 // decides. Blob payloads are skipped by length, not scanned. In steady state
 // it does not allocate.
 //
-// The output is exactly the input minus whole stripped frames. Top-level
-// attributes ('|') and pushes that are not stripped pass through and are
-// not counted as replies; pushes nested in other values are plain data.
+// Every well-framed RESP3 stream is followed, whatever its sizes: aggregates
+// of any element count and nesting depth, blobs and simple lines of any
+// length (a length or count is at most math.MaxInt64). The parse state has a
+// fixed size: nesting is tracked by one count of the values still expected,
+// not by a stack. Only the frames the Stripper removes are buffered, up to
+// MaxStripped each.
+//
+// The output is exactly the input minus whole stripped frames and the
+// reply removed by DropReply. Top-level attributes ('|') and pushes that are
+// not stripped pass through and are not counted as replies; pushes nested in
+// other values are plain data.
 //
 // The zero value (with the callback fields set as needed) is ready to use.
 // A Stripper must not be copied after first use and must not be used from
@@ -73,18 +93,33 @@ type Stripper struct {
 	// OnStripped receives each complete stripped frame (aliases internal
 	// memory, valid only during the call).
 	OnStripped func(frame []byte)
+	// OnOversize is called once for each stripped push larger than
+	// MaxStripped, when its last byte has been read, with its name
+	// (aliases internal memory, valid only during the call) and its size
+	// in bytes. Such a push is removed like any other, but OnStripped is
+	// not called for it; StrippedOversize counts them.
+	OnOversize func(name []byte, size int64)
 	// OnReply is called once per complete top-level frame that is not a
-	// push and not an attribute (i.e. one reply to one command).
+	// push and not an attribute (i.e. one reply to one command), except the
+	// reply removed by DropReply.
 	OnReply func()
-	// OnMalformed is called once if the stream cannot be framed; after that
-	// the Stripper passes all bytes through unchanged and calls nothing
-	// else. Bytes of a stripped push that were already discarded because
-	// it exceeded MaxStripped cannot be given back.
+	// OnDropped receives the reply removed by DropReply or TakeDropped,
+	// once it is complete: the whole frame (aliases internal memory, valid
+	// only during the call), or nil if it is larger than MaxStripped (it
+	// is removed all the same). If the stream ends or turns out malformed
+	// before the reply is complete, its bytes are passed through as those
+	// of a stripped push are, and OnDropped is not called.
+	OnDropped func(frame []byte)
+	// OnMalformed is called once if the stream cannot be framed: a byte
+	// that cannot start a value, a bad or overflowing length, a missing
+	// CRLF. After that the Stripper passes all bytes through unchanged and
+	// calls nothing else. Bytes of a stripped push that were already
+	// discarded because it exceeded MaxStripped cannot be given back.
 	OnMalformed func(err error)
-	// MaxStripped is the largest push frame buffered for stripping; 0 means
-	// DefaultMaxStripped. A larger matched push is discarded as it streams:
-	// it is still removed, but OnStripped is not called (see
-	// StrippedOversize).
+	// MaxStripped is the largest push frame (or dropped reply) buffered
+	// for stripping; 0 means DefaultMaxStripped. A larger matched push is
+	// discarded as it streams: it is still removed, but OnStripped is not
+	// called (see OnOversize).
 	MaxStripped int
 
 	// Parser state.
@@ -95,18 +130,30 @@ type Stripper struct {
 	neg    bool  // the length being read started with '-'
 	digits uint8 // digits of the length read so far
 	num    int64 // length being read / blob bytes left / line length
-	depth  int
-	left   [MaxDepth]int64 // elements still expected at each depth
-	attr   uint64          // bit d: the aggregate at depth d+1 is an attribute
+	// want counts the values still expected to complete the current
+	// top-level frame, beyond the one being read; it is 0 while the
+	// top-level value itself is being read and between frames. An
+	// aggregate adds its elements (minus itself), a nested attribute all
+	// of its elements (it is not an element of its parent), a complete
+	// value subtracts one. It saturates at math.MaxUint64, which no stream
+	// can then count down.
+	want uint64
 
-	// The current top-level push.
+	// dropIn is 0, or 1 + the number of replies to complete before the
+	// reply DropReply asked to remove begins.
+	dropIn int
+
+	// The current top-level push (or dropped reply).
 	push     uint8
 	start    int // offset of its first byte in the buffer being scanned
 	nameAt   int // offset of its name in that buffer (while pending)
 	nameLen  int
-	sbuf     []byte // bytes of a stripped push from earlier reads
-	oversize bool   // the stripped push exceeded MaxStripped; sbuf dropped
+	sbuf     []byte // bytes of a removed frame from earlier reads
+	ssize    int64  // how many bytes of it came in earlier reads
+	oversize bool   // the removed frame exceeded MaxStripped; sbuf dropped
 	nOver    uint64
+	name     [maxNameLen]byte // name of the stripped push, for OnOversize
+	nname    int
 
 	// Output bookkeeping of one scan: buf[:w] is output, buf[keep:] is not
 	// yet decided.
@@ -128,16 +175,18 @@ func (s *Stripper) StrippedOversize() uint64 { return s.nOver }
 
 // Passthrough reports whether the Stripper has stopped parsing and passes
 // bytes through unchanged: after a framing error (OnMalformed was called),
-// or after io.EOF arrived in the middle of a held-back or stripped push.
+// or after io.EOF arrived in the middle of a held-back or stripped push or
+// a dropped reply.
 func (s *Stripper) Passthrough() bool { return s.dead }
 
-// Reset clears all stream state, so the Stripper can serve a new
-// connection. The callbacks, MaxStripped and the internal buffers are kept.
+// Reset clears all stream state (including a pending drop), so the Stripper
+// can serve a new connection. The callbacks, MaxStripped and the internal
+// buffers are kept.
 func (s *Stripper) Reset() {
 	*s = Stripper{
-		Strip: s.Strip, OnStripped: s.OnStripped, OnReply: s.OnReply,
-		OnMalformed: s.OnMalformed, MaxStripped: s.MaxStripped,
-		sbuf: s.sbuf[:0],
+		Strip: s.Strip, OnStripped: s.OnStripped, OnOversize: s.OnOversize,
+		OnReply: s.OnReply, OnDropped: s.OnDropped, OnMalformed: s.OnMalformed,
+		MaxStripped: s.MaxStripped, sbuf: s.sbuf[:0],
 	}
 }
 
@@ -241,7 +290,7 @@ func (s *Stripper) noProgress() error {
 }
 
 // flushAtEOF passes through whatever is held back when the stream ends in
-// the middle of a pending or stripped push.
+// the middle of a pending or stripped push or a dropped reply.
 func (s *Stripper) flushAtEOF() {
 	if s.dead {
 		return
@@ -251,7 +300,7 @@ func (s *Stripper) flushAtEOF() {
 		s.nhold = 0
 		s.dead = true
 	}
-	if s.push == pushStrip {
+	if s.push >= pushStrip {
 		s.tail = append(s.tail, s.sbuf...)
 		s.sbuf = s.sbuf[:0]
 		s.dead = true
@@ -281,7 +330,7 @@ func (s *Stripper) flush(buf []byte, end int) {
 // push is moved to the hold buffer, to be parsed again from its start.
 func (s *Stripper) resetParser() {
 	s.st = stType
-	s.depth = 0
+	s.want = 0
 	s.push = pushNone
 }
 
@@ -289,7 +338,7 @@ func (s *Stripper) resetParser() {
 // from it in place and returns the length of the output left at buf[:n].
 func (s *Stripper) scan(buf []byte) int {
 	s.w, s.keep = 0, 0
-	if s.push == pushStrip {
+	if s.push >= pushStrip {
 		s.start = 0
 	}
 	i := 0
@@ -297,12 +346,18 @@ func (s *Stripper) scan(buf []byte) int {
 		c := buf[i]
 		switch s.st {
 		case stType:
-			if s.depth == 0 {
+			if s.want == 0 {
+				// The top-level value: a new frame.
 				s.top = c
 				s.start = i
 				s.push = pushNone
 				if c == '>' {
 					s.push = pushPending
+				} else if s.dropIn == 1 && c != '|' {
+					// The reply DropReply asked for.
+					s.dropIn = 0
+					s.flush(buf, i)
+					s.remove(pushDrop)
 				}
 			} else if s.push == pushPending {
 				// The first element of a pending push: its name.
@@ -326,29 +381,24 @@ func (s *Stripper) scan(buf []byte) int {
 					body := buf[i+1 : cr]
 					i = cr + 2
 					if cl == clLine {
-						if len(body) > MaxBulkLen {
-							return s.fail(buf, malformed("line longer than %d bytes", MaxBulkLen))
-						}
-						s.done(buf, i, false)
+						s.done(buf, i)
 						continue
 					}
-					n, err := parseLen(c, body)
+					n, err := parseLength(c, body)
 					if err != nil {
 						return s.fail(buf, err)
 					}
-					if cl == clBlob && n >= 0 && i+int(n)+2 <= len(buf) {
+					if cl == clBlob && n >= 0 && n <= int64(len(buf)-i-2) {
 						// The whole blob is in buf too.
 						i += int(n) + 2
 						if buf[i-2] != '\r' || buf[i-1] != '\n' {
 							return s.fail(buf, malformed("blob not followed by CRLF"))
 						}
-						s.done(buf, i, false)
+						s.done(buf, i)
 						continue
 					}
 					s.neg, s.num = n < 0, max(n, 0)
-					if err := s.header(buf, i); err != nil {
-						return s.fail(buf, err)
-					}
+					s.header(buf, i)
 					continue
 				}
 			}
@@ -365,19 +415,17 @@ func (s *Stripper) scan(buf []byte) int {
 		case stNum:
 			switch {
 			case c >= '0' && c <= '9':
-				if s.digits == maxLenDigits {
-					return s.fail(buf, malformed("length of type %q longer than %d digits", s.typ, maxLenDigits))
+				d := int64(c - '0')
+				if s.digits == lenDigits || s.num > (math.MaxInt64-d)/10 {
+					return s.fail(buf, errTooLong(s.typ))
 				}
-				s.num = s.num*10 + int64(c-'0')
+				s.num = s.num*10 + d
 				s.digits++
 			case c == '-' && s.digits == 0 && !s.neg && nullable(s.typ):
 				s.neg = true
 			case c == '\r':
 				if s.neg && (s.digits != 1 || s.num != 1) || !s.neg && s.digits == 0 {
 					return s.fail(buf, malformed("bad length for type %q", s.typ))
-				}
-				if !s.neg && s.num > limitFor(s.typ) {
-					return s.fail(buf, malformed("length %d for type %q exceeds limit %d", s.num, s.typ, limitFor(s.typ)))
 				}
 				s.st, s.lf = stLF, lfHeader
 			default:
@@ -386,24 +434,26 @@ func (s *Stripper) scan(buf []byte) int {
 			i++
 
 		case stLine:
-			// Scan the body up to its CR.
-			for ; i < len(buf); i++ {
-				c = buf[i]
-				if c == '\r' {
-					s.st, s.lf = stLF, lfLine
-					i++
-					break
-				}
-				if c == '\n' {
-					return s.fail(buf, malformed("line not terminated by CRLF"))
-				}
-				s.num++
-				if s.num > MaxBulkLen {
-					return s.fail(buf, malformed("line longer than %d bytes", MaxBulkLen))
-				}
-				if s.push == pushPending && s.num > maxNameLen {
+			// Scan the body up to its CR. Only a pending push's name needs
+			// its length.
+			body := buf[i:]
+			cr := bytes.IndexByte(body, '\r')
+			if cr >= 0 {
+				body = body[:cr]
+			}
+			if bytes.IndexByte(body, '\n') >= 0 {
+				return s.fail(buf, malformed("line not terminated by CRLF"))
+			}
+			if s.push == pushPending {
+				s.num += int64(len(body)) // at most maxNameLen+len(buf)
+				if s.num > maxNameLen {
 					s.push = pushPass
 				}
+			}
+			i += len(body)
+			if cr >= 0 {
+				s.st, s.lf = stLF, lfLine
+				i++
 			}
 
 		case stLF:
@@ -413,16 +463,15 @@ func (s *Stripper) scan(buf []byte) int {
 			i++
 			switch s.lf {
 			case lfLine:
-				if s.push == pushPending && s.depth == 1 {
+				if s.push == pushPending {
+					// Only a name is read as a line while pending.
 					s.nameLen = int(s.num)
 				}
-				s.done(buf, i, false)
+				s.done(buf, i)
 			case lfBlob:
-				s.done(buf, i, false)
+				s.done(buf, i)
 			case lfHeader:
-				if err := s.header(buf, i); err != nil {
-					return s.fail(buf, err)
-				}
+				s.header(buf, i)
 			}
 
 		case stBlob:
@@ -455,8 +504,9 @@ func (s *Stripper) scan(buf []byte) int {
 		// Unreachable by construction (see holdCap); pass it on rather
 		// than fail.
 		s.push = pushPass
-	case pushStrip:
+	case pushStrip, pushDrop:
 		part := buf[s.start:]
+		s.ssize += int64(len(part))
 		if !s.oversize && len(s.sbuf)+len(part) <= s.maxStripped() {
 			s.sbuf = append(s.sbuf, part...)
 		} else {
@@ -476,7 +526,7 @@ func (s *Stripper) scan(buf []byte) int {
 func lineEnd(buf []byte, from int, cl uint8) int {
 	end := len(buf) - 1 // the CR must have its LF in buf
 	if cl != clLine {
-		end = min(end, from+maxLenDigits+1)
+		end = min(end, from+lenDigits+1)
 	}
 	for j := from; j < end; j++ {
 		switch buf[j] {
@@ -492,11 +542,53 @@ func lineEnd(buf []byte, from int, cl uint8) int {
 	return -1
 }
 
+// parseLength parses the length or count field of a blob or aggregate
+// header of type t (the bytes between the type byte and the CR), by the
+// Stripper's rules: up to lenDigits digits and at most math.MaxInt64, or
+// -1 (a RESP2 null) for the types that allow it.
+func parseLength(t byte, body []byte) (int64, error) {
+	if len(body) == 2 && body[0] == '-' && body[1] == '1' && nullable(t) {
+		return -1, nil
+	}
+	if len(body) == 0 || len(body) > lenDigits {
+		if len(body) > lenDigits && allDigits(body) {
+			return 0, errTooLong(t)
+		}
+		return 0, malformed("bad length %q for type %q", body, t)
+	}
+	var n int64
+	for _, c := range body {
+		if c < '0' || c > '9' {
+			return 0, malformed("bad length %q for type %q", body, t)
+		}
+		d := int64(c - '0')
+		if n > (math.MaxInt64-d)/10 {
+			return 0, errTooLong(t)
+		}
+		n = n*10 + d
+	}
+	return n, nil
+}
+
+func allDigits(b []byte) bool {
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func errTooLong(t byte) error {
+	return malformed("length of type %q does not fit an int64", t)
+}
+
 // header acts on a complete blob or aggregate header (s.typ, s.neg,
 // s.num) whose LF is at buf[i-1].
-func (s *Stripper) header(buf []byte, i int) error {
+func (s *Stripper) header(buf []byte, i int) {
 	if typeClass[s.typ] == clBlob {
-		if s.push == pushPending && s.depth == 1 {
+		if s.push == pushPending {
+			// Only a name is read as a blob while pending.
 			if s.neg || s.num > maxNameLen {
 				s.push = pushPass
 			} else {
@@ -505,61 +597,57 @@ func (s *Stripper) header(buf []byte, i int) error {
 		}
 		switch {
 		case s.neg:
-			s.done(buf, i, false)
+			s.done(buf, i)
 		case s.num == 0:
 			s.st = stBlobCR
 		default:
 			s.st = stBlob
 		}
-		return nil
+		return
 	}
-	n := s.num
+	s.st = stType
+	n := uint64(s.num) // s.num <= math.MaxInt64: 2*n fits
 	if typeClass[s.typ] == clMap {
 		n *= 2
 	}
-	if s.neg || n == 0 {
-		s.done(buf, i, s.typ == '|')
-		return nil
+	nested := s.want != 0
+	switch {
+	case s.typ == '|' && nested:
+		// A nested attribute: its elements come before the value it
+		// annotates, which is still expected.
+		s.add(n)
+	case s.neg || n == 0:
+		s.done(buf, i)
+	case !nested:
+		s.want = n
+	default:
+		s.add(n - 1)
 	}
-	if s.depth == MaxDepth {
-		return malformed("aggregates nested deeper than %d", MaxDepth)
-	}
-	s.left[s.depth] = n
-	if s.typ == '|' {
-		s.attr |= 1 << s.depth
-	} else {
-		s.attr &^= 1 << s.depth
-	}
-	s.depth++
-	s.st = stType
-	return nil
 }
 
-// done records that a value ended at buf[:end]. isAttr tells whether it was
-// an attribute, which does not count as an element of its parent.
-func (s *Stripper) done(buf []byte, end int, isAttr bool) {
-	s.st = stType
-	if s.depth == 0 {
-		s.topDone(buf, end)
+// add adds n values to s.want, saturating.
+func (s *Stripper) add(n uint64) {
+	if s.want > math.MaxUint64-n {
+		s.want = math.MaxUint64
 		return
 	}
-	if s.push == pushPending && s.depth == 1 {
-		s.decide(buf)
-	}
-	for {
-		if !isAttr {
-			s.left[s.depth-1]--
+	s.want += n
+}
+
+// done records that a value ended at buf[:end].
+func (s *Stripper) done(buf []byte, end int) {
+	s.st = stType
+	if s.want != 0 {
+		if s.push == pushPending {
+			// The only nested value completed while pending is the name.
+			s.decide(buf)
 		}
-		if s.left[s.depth-1] > 0 {
+		s.want--
+		if s.want != 0 {
 			return
 		}
-		s.depth--
-		if s.depth == 0 {
-			s.topDone(buf, end)
-			return
-		}
-		isAttr = s.attr&(1<<s.depth) != 0
 	}
+	s.topDone(buf, end)
 }
 
 // decide asks Strip about the pending push whose name just completed.
@@ -567,35 +655,64 @@ func (s *Stripper) decide(buf []byte) {
 	name := buf[s.nameAt : s.nameAt+s.nameLen]
 	if s.Strip != nil && s.Strip(name) {
 		s.flush(buf, s.start)
-		s.push = pushStrip
-		s.sbuf = s.sbuf[:0]
-		s.oversize = false
+		s.remove(pushStrip)
+		s.nname = copy(s.name[:], name)
 	} else {
 		s.push = pushPass
 	}
 }
 
+// remove starts removing the current top-level frame, from s.start: a
+// stripped push or a dropped reply (how is pushStrip or pushDrop). The
+// bytes before it must have been flushed.
+func (s *Stripper) remove(how uint8) {
+	s.push = how
+	s.sbuf = s.sbuf[:0]
+	s.ssize = 0
+	s.oversize = false
+}
+
 // topDone handles the end of a top-level frame at buf[:end].
 func (s *Stripper) topDone(buf []byte, end int) {
 	switch s.push {
-	case pushStrip:
-		size := len(s.sbuf) + end - s.start
-		switch {
-		case s.oversize || size > s.maxStripped():
-			s.nOver++
-		case s.OnStripped == nil:
-		case len(s.sbuf) == 0:
-			s.OnStripped(buf[s.start:end])
-		default:
-			s.sbuf = append(s.sbuf, buf[s.start:end]...)
-			s.OnStripped(s.sbuf)
+	case pushNone:
+		if s.top != '|' {
+			if s.dropIn > 1 {
+				s.dropIn--
+			}
+			if s.OnReply != nil {
+				s.OnReply()
+			}
 		}
+	case pushStrip, pushDrop:
+		// The frame is removed: buf[s.start:end] and s.sbuf before it.
+		size := s.ssize + int64(end-s.start)
+		var frame []byte
+		if !s.oversize && size <= int64(s.maxStripped()) {
+			frame = buf[s.start:end]
+			if len(s.sbuf) > 0 {
+				s.sbuf = append(s.sbuf, frame...)
+				frame = s.sbuf
+			}
+		}
+		// Done with the frame before any callback runs.
+		s.keep = end
+		how := s.push
+		s.push = pushNone
 		s.sbuf = s.sbuf[:0]
 		s.oversize = false
-		s.keep = end
-	case pushNone:
-		if s.top != '|' && s.OnReply != nil {
-			s.OnReply()
+		switch {
+		case how == pushDrop:
+			if s.OnDropped != nil {
+				s.OnDropped(frame)
+			}
+		case frame == nil:
+			s.nOver++
+			if s.OnOversize != nil {
+				s.OnOversize(s.name[:s.nname], size)
+			}
+		case s.OnStripped != nil:
+			s.OnStripped(frame)
 		}
 	}
 	s.push = pushNone
@@ -606,11 +723,11 @@ func (s *Stripper) topDone(buf []byte, end int) {
 // passed on in stream order. It returns the output length of buf.
 func (s *Stripper) fail(buf []byte, err error) int {
 	s.dead = true
-	if s.push == pushStrip && len(s.sbuf) > 0 {
+	if s.push >= pushStrip && len(s.sbuf) > 0 {
 		s.tail = append(s.sbuf, buf[s.start:]...)
 		s.sbuf = nil
 	} else {
-		if s.push == pushStrip {
+		if s.push >= pushStrip {
 			s.keep = s.start
 		}
 		s.flush(buf, len(buf))
@@ -627,6 +744,121 @@ func (s *Stripper) fail(buf []byte, err error) int {
 // stream starts a frame. A caller may then take whole frames off the stream
 // itself without the Stripper losing its place.
 func (s *Stripper) AtBoundary() bool {
-	return !s.dead && s.st == stType && s.depth == 0 && s.push == pushNone &&
+	return !s.dead && s.st == stType && s.want == 0 && s.push == pushNone &&
 		s.nhold == 0 && s.qOff == s.qEnd && len(s.tail) == 0 && s.err == nil
+}
+
+// DropReply arranges for one reply to be removed from the stream: the first
+// reply (a top-level frame that is neither a push nor an attribute) that
+// begins after after more replies have completed, counting from now. A reply
+// under way when DropReply is called counts as one of them when it
+// completes, and is never dropped itself.
+//
+// The dropped reply is removed exactly as a stripped push is: the output
+// is the input minus the whole frame; it is handed to OnDropped (buffered up
+// to MaxStripped) and does not call OnReply. Pushes before or after it are
+// stripped or passed as usual; a top-level attribute just before it passes
+// through (go-redis discards attributes).
+//
+// At most one drop is pending: a call replaces the pending one, and a
+// negative after cancels it. A reply already being dropped is not affected.
+// DropReply may be called from the callbacks.
+func (s *Stripper) DropReply(after int) {
+	if after < 0 {
+		s.dropIn = 0
+		return
+	}
+	s.dropIn = after + 1
+}
+
+// DropPending reports whether a drop asked for by DropReply is pending,
+// and after how many more complete replies the dropped reply begins. It
+// reports false once that reply has begun.
+func (s *Stripper) DropPending() (after int, ok bool) {
+	return s.dropIn - 1, s.dropIn > 0
+}
+
+// TakeDropped records frame as the dropped reply, for a caller that takes
+// whole frames off the stream itself while the Stripper stands
+// AtBoundary. If a drop is pending with after == 0, the Stripper is
+// AtBoundary and frame is exactly one whole top-level frame that is not a
+// push or an attribute, it clears the pending drop, calls OnDropped (with
+// nil if frame is larger than MaxStripped) and returns true. Otherwise it
+// returns false and changes nothing.
+func (s *Stripper) TakeDropped(frame []byte) bool {
+	if s.dropIn != 1 || !s.AtBoundary() || len(frame) == 0 || frame[0] == '>' || frame[0] == '|' ||
+		frameLen(frame) != len(frame) {
+		return false
+	}
+	s.dropIn = 0
+	if s.OnDropped != nil {
+		if len(frame) > s.maxStripped() {
+			frame = nil
+		}
+		s.OnDropped(frame)
+	}
+	return true
+}
+
+// frameLen returns the length of the whole top-level frame at the start of
+// b, by the Stripper's rules, or -1 if b holds only part of one or cannot
+// be framed.
+func frameLen(b []byte) int {
+	var want uint64 // as Stripper.want
+	i := 0
+	for i < len(b) {
+		t := b[i]
+		cl := typeClass[t]
+		if cl == clInvalid {
+			return -1
+		}
+		cr := lineEnd(b, i+1, cl)
+		if cr < 0 {
+			return -1
+		}
+		body := b[i+1 : cr]
+		i = cr + 2
+		if cl != clLine {
+			n, err := parseLength(t, body)
+			if err != nil {
+				return -1
+			}
+			if cl == clBlob {
+				if n >= 0 {
+					if n > int64(len(b)-i-2) || b[i+int(n)] != '\r' || b[i+int(n)+1] != '\n' {
+						return -1
+					}
+					i += int(n) + 2
+				}
+			} else if n > 0 {
+				if n > int64(len(b)) {
+					return -1 // more elements than bytes
+				}
+				e := uint64(n)
+				if cl == clMap {
+					e *= 2
+				}
+				switch {
+				case want == 0:
+					want = e
+				case t == '|':
+					want += e
+				default:
+					want += e - 1
+				}
+				continue
+			} else if t == '|' && want != 0 {
+				continue // an empty nested attribute
+			}
+		}
+		// A value is complete.
+		if want == 0 {
+			return i
+		}
+		want--
+		if want == 0 {
+			return i
+		}
+	}
+	return -1
 }

@@ -1,11 +1,11 @@
 package resp
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -22,29 +22,115 @@ type refResult struct {
 	out      []byte
 	replies  int
 	stripped []string // stripped frames, in order
+	dropped  []string // the dropped reply, if it is complete
 	bad      bool     // the stream ends in a malformed or truncated frame
 	good     int      // len(out) before the bad part was appended
 }
 
-// refStrip is the reference implementation of Stripper, built on ReadFrame:
+// errRef is the reference framer's error for a frame that is malformed or
+// truncated (the Stripper treats both alike: the rest passes through).
+var errRef = errors.New("not a whole frame")
+
+// refLine returns the body of the CRLF-terminated line that starts at
+// in[off] and the offset after its LF.
+func refLine(in []byte, off int) ([]byte, int, error) {
+	i := bytes.IndexByte(in[off:], '\n')
+	if i < 1 || in[off+i-1] != '\r' {
+		return nil, 0, errRef
+	}
+	body := in[off : off+i-1]
+	if bytes.IndexByte(body, '\r') >= 0 {
+		return nil, 0, errRef
+	}
+	return body, off + i + 1, nil
+}
+
+// refLength parses a length by the Stripper's documented rules: 1 to 19
+// decimal digits and at most math.MaxInt64, or -1 for '$' and '*'.
+func refLength(t byte, body []byte) (int64, error) {
+	if string(body) == "-1" && (t == '$' || t == '*') {
+		return -1, nil
+	}
+	if len(body) == 0 || len(body) > 19 || strings.Trim(string(body), "0123456789") != "" {
+		return 0, errRef
+	}
+	return strconv.ParseInt(string(body), 10, 64)
+}
+
+// refValue returns the offset after the value at in[off]. nested tells
+// whether it is an element of an aggregate: a nested attribute is read
+// together with the value it annotates, a top-level one is a frame of its
+// own. It is a plain recursive descent, without any limit.
+func refValue(in []byte, off int, nested bool) (int, error) {
+	if off >= len(in) {
+		return 0, errRef
+	}
+	t := in[off]
+	body, next, err := refLine(in, off+1)
+	if err != nil {
+		return 0, err
+	}
+	switch t {
+	case '+', '-', ':', '_', ',', '#', '(':
+		return next, nil
+	case '$', '=', '!':
+		n, err := refLength(t, body)
+		if err != nil || n < 0 {
+			return next, err
+		}
+		if n > int64(len(in)-next-2) || in[next+int(n)] != '\r' || in[next+int(n)+1] != '\n' {
+			return 0, errRef
+		}
+		return next + int(n) + 2, nil
+	case '*', '~', '>', '%', '|':
+		n, err := refLength(t, body)
+		if err != nil {
+			return 0, err
+		}
+		if n > int64(len(in)) {
+			return 0, errRef // more elements than bytes: truncated
+		}
+		if t == '%' || t == '|' {
+			n *= 2
+		}
+		for range n {
+			if next, err = refValue(in, next, true); err != nil {
+				return 0, err
+			}
+		}
+		if t == '|' && nested {
+			return refValue(in, next, true)
+		}
+		return next, nil
+	}
+	return 0, errRef
+}
+
+// refStrip is the reference implementation of Stripper, built on refValue:
 // frame the whole input, drop matching pushes, and pass the rest through
 // from the first frame that cannot be read.
 func refStrip(in []byte, strip func([]byte) bool) refResult {
+	return refStripDrop(in, strip, -1, 0)
+}
+
+// refStripDrop is refStrip with DropReply(after) called when the Stripper
+// had consumed dropAt bytes of in (-1: never). The dropped reply is the
+// first that starts at or after dropAt once after replies have completed
+// after dropAt.
+func refStripDrop(in []byte, strip func([]byte) bool, dropAt, after int) refResult {
 	var res refResult
-	br := bufio.NewReader(bytes.NewReader(in))
-	off := 0
-	for {
-		frame, err := ReadFrame(br, nil)
-		if err == io.EOF {
-			return res
-		}
+	dropping := dropAt >= 0
+	for off := 0; off < len(in); {
+		end, err := refValue(in, off, false)
 		if err != nil {
 			res.good = len(res.out)
 			res.out = append(res.out, in[off:]...)
 			res.bad = true
 			return res
 		}
-		off += len(frame)
+		frame := in[off:end]
+		start := off
+		off = end
 		switch frame[0] {
 		case '>':
 			if name, ok := refPushName(frame); ok && strip(name) {
@@ -53,32 +139,41 @@ func refStrip(in []byte, strip func([]byte) bool) refResult {
 			}
 		case '|':
 		default:
+			if dropping && start >= dropAt && after == 0 {
+				res.dropped = append(res.dropped, string(frame))
+				dropping = false
+				continue
+			}
 			res.replies++
+			if dropping && end > dropAt {
+				after = max(after-1, 0)
+			}
 		}
 		res.out = append(res.out, frame...)
 	}
+	return res
 }
 
 // refPushName returns the name of a well-formed push frame if it is a
 // candidate for stripping: a bulk or simple string of at most maxNameLen.
 func refPushName(frame []byte) ([]byte, bool) {
-	_, rest, err := cutLine(frame)
-	if err != nil || len(rest) == 0 {
+	_, off, err := refLine(frame, 1)
+	if err != nil || off >= len(frame) {
 		return nil, false
 	}
-	line, rest, err := cutLine(rest)
+	line, off, err := refLine(frame, off+1)
 	if err != nil {
 		return nil, false
 	}
-	switch line[0] {
+	switch frame[off-len(line)-3] {
 	case '+':
-		if len(line)-1 <= maxNameLen {
-			return line[1:], true
+		if len(line) <= maxNameLen {
+			return line, true
 		}
 	case '$':
-		n, err := parseLen('$', line[1:])
+		n, err := refLength('$', line)
 		if err == nil && n >= 0 && n <= maxNameLen {
-			return rest[:n], true
+			return frame[off : off+int(n)], true
 		}
 	}
 	return nil, false
@@ -92,6 +187,7 @@ type chunkReader struct {
 	sizes       []int
 	k           int
 	eofWithData bool
+	consumed    int // bytes returned so far
 }
 
 func (c *chunkReader) Read(p []byte) (int, error) {
@@ -105,6 +201,7 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 	}
 	n := copy(p, c.data[:min(size, len(c.data))])
 	c.data = c.data[n:]
+	c.consumed += n
 	if len(c.data) == 0 && c.eofWithData {
 		return n, io.EOF
 	}
@@ -116,20 +213,47 @@ type stripResult struct {
 	out       []byte
 	replies   int
 	stripped  []string
+	oversize  []string // "name size" per OnOversize call
+	dropped   []string // per OnDropped call; "<nil>" for a nil frame
+	dropAt    int      // bytes consumed when DropReply was called, or -1
 	malformed int
 	err       error
 }
 
+// dropCall asks runStripper to call DropReply(after) just before Read
+// number read (counting from 1); read 0 means never.
+type dropCall struct{ read, after int }
+
 // runStripper feeds in through a Stripper with the given chunking and Read
 // buffer size, and collects everything it reports.
 func runStripper(s *Stripper, r io.Reader, psize int) stripResult {
-	var res stripResult
+	return runStripperDrop(s, r, psize, dropCall{})
+}
+
+// runStripperDrop is runStripper with a call to DropReply; r must be a
+// *chunkReader if drop.read > 0.
+func runStripperDrop(s *Stripper, r io.Reader, psize int, drop dropCall) stripResult {
+	res := stripResult{dropAt: -1}
 	s.Strip = stripMaint
 	s.OnReply = func() { res.replies++ }
 	s.OnStripped = func(f []byte) { res.stripped = append(res.stripped, string(f)) }
+	s.OnOversize = func(name []byte, size int64) {
+		res.oversize = append(res.oversize, fmt.Sprintf("%s %d", name, size))
+	}
+	s.OnDropped = func(f []byte) {
+		if f == nil {
+			res.dropped = append(res.dropped, "<nil>")
+		} else {
+			res.dropped = append(res.dropped, string(f))
+		}
+	}
 	s.OnMalformed = func(error) { res.malformed++ }
 	p := make([]byte, psize)
-	for i := 0; ; i++ {
+	for i := 1; ; i++ {
+		if i == drop.read {
+			s.DropReply(drop.after)
+			res.dropAt = r.(*chunkReader).consumed
+		}
 		n, err := s.Read(r, p)
 		if n == 0 && err == nil {
 			res.err = errors.New("Read returned (0, nil)")
@@ -145,50 +269,99 @@ func runStripper(s *Stripper, r io.Reader, psize int) stripResult {
 	}
 }
 
-// checkStripper compares a Stripper run over in against the reference.
-func checkStripper(t *testing.T, in []byte, sizes []int, psize, maxStripped int, eofWithData bool) {
+// short quotes at most 200 bytes of b, for failure messages.
+func short(b []byte) string {
+	if len(b) > 200 {
+		return fmt.Sprintf("%q... (%d bytes)", b[:200], len(b))
+	}
+	return fmt.Sprintf("%q", b)
+}
+
+// stripRun is one way of feeding an input through a Stripper.
+type stripRun struct {
+	sizes []int // chunk sizes (see chunkReader)
+	psize int   // Read buffer size
+	max   int   // MaxStripped
+	eof   bool  // io.EOF comes with the last chunk
+	drop  dropCall
+}
+
+// checkStripper compares a Stripper run over in against the reference and
+// returns what the Stripper produced. exact reports whether the result is
+// fully determined by the input (it is not when a stripped push outgrew
+// MaxStripped and then turned out malformed or truncated).
+func checkStripper(t testing.TB, in []byte, sizes []int, psize, maxStripped int, eofWithData bool) (got stripResult, exact bool) {
 	t.Helper()
-	want := refStrip(in, stripMaint)
-	s := &Stripper{MaxStripped: maxStripped}
-	got := runStripper(s, &chunkReader{data: in, sizes: sizes, eofWithData: eofWithData}, psize)
-	where := fmt.Sprintf("input %q, chunks %v, p %d, max %d", in, sizes, psize, maxStripped)
+	return checkRun(t, in, stripRun{sizes: sizes, psize: psize, max: maxStripped, eof: eofWithData})
+}
+
+// checkRun is checkStripper for any stripRun.
+func checkRun(t testing.TB, in []byte, run stripRun) (got stripResult, exact bool) {
+	t.Helper()
+	s := &Stripper{MaxStripped: run.max}
+	got = runStripperDrop(s, &chunkReader{data: in, sizes: run.sizes, eofWithData: run.eof}, run.psize, run.drop)
+	want := refStripDrop(in, stripMaint, got.dropAt, run.drop.after)
+	where := func() string {
+		return fmt.Sprintf("input %s, %+v, dropped at %d", short(in), run, got.dropAt)
+	}
 	if got.err != nil {
-		t.Fatalf("%s: error %v", where, got.err)
+		t.Fatalf("%s: error %v", where(), got.err)
 	}
 	max := s.maxStripped()
-	if want.bad && max < len(in) {
-		// A stripped push that outgrew MaxStripped was discarded as it
-		// streamed; if it then turns out malformed or truncated, the
-		// discarded bytes cannot come back. Only the good prefix is
-		// certain.
+	exact = !want.bad || max >= len(in)
+	if !exact {
+		// A stripped push (or dropped reply) that outgrew MaxStripped was
+		// discarded as it streamed; if it then turns out malformed or
+		// truncated, the discarded bytes cannot come back. Only the good
+		// prefix is certain.
 		if !bytes.HasPrefix(got.out, want.out[:want.good]) || len(got.out) > len(want.out) {
-			t.Fatalf("%s:\n out %q\nwant %q (good prefix %d)", where, got.out, want.out, want.good)
+			t.Fatalf("%s:\n out %s\nwant %s (good prefix %d)", where(), short(got.out), short(want.out), want.good)
 		}
 	} else if !bytes.Equal(got.out, want.out) {
-		t.Fatalf("%s:\n out %q\nwant %q", where, got.out, want.out)
+		t.Fatalf("%s:\n out %s\nwant %s", where(), short(got.out), short(want.out))
 	}
 	if got.replies != want.replies {
-		t.Fatalf("%s: %d replies, want %d", where, got.replies, want.replies)
+		t.Fatalf("%s: %d replies, want %d", where(), got.replies, want.replies)
 	}
 	if got.malformed > 1 {
-		t.Fatalf("%s: OnMalformed called %d times", where, got.malformed)
+		t.Fatalf("%s: OnMalformed called %d times", where(), got.malformed)
 	}
 	if got.malformed == 1 && !want.bad {
-		t.Fatalf("%s: OnMalformed called on a well-formed stream", where)
+		t.Fatalf("%s: OnMalformed called on a well-formed stream", where())
+	}
+	if !want.bad && s.Passthrough() {
+		t.Fatalf("%s: Passthrough %v on a well-formed stream", where(), s.Passthrough())
 	}
 	// Which stripped frames are reported depends on MaxStripped.
-	var wantStripped []string
-	var wantOver uint64
+	var wantStripped, wantOver, wantDropped []string
 	for _, f := range want.stripped {
 		if len(f) > max {
-			wantOver++
+			name, _ := refPushName([]byte(f))
+			wantOver = append(wantOver, fmt.Sprintf("%s %d", name, len(f)))
 		} else {
 			wantStripped = append(wantStripped, f)
 		}
 	}
-	if fmt.Sprint(got.stripped) != fmt.Sprint(wantStripped) || s.StrippedOversize() != wantOver {
-		t.Fatalf("%s: stripped %q (oversize %d), want %q (oversize %d)", where, got.stripped, s.StrippedOversize(), wantStripped, wantOver)
+	if fmt.Sprint(got.stripped) != fmt.Sprint(wantStripped) || fmt.Sprint(got.oversize) != fmt.Sprint(wantOver) ||
+		s.StrippedOversize() != uint64(len(wantOver)) {
+		t.Fatalf("%s: stripped %q (oversize %q, %d), want %q (oversize %q)", where(),
+			got.stripped, got.oversize, s.StrippedOversize(), wantStripped, wantOver)
 	}
+	for _, f := range want.dropped {
+		if len(f) > max {
+			f = "<nil>"
+		}
+		wantDropped = append(wantDropped, f)
+	}
+	if fmt.Sprint(got.dropped) != fmt.Sprint(wantDropped) {
+		t.Fatalf("%s: dropped %q, want %q", where(), got.dropped, wantDropped)
+	}
+	// The drop stays pending exactly as long as no reply was dropped (a
+	// reply being dropped when the stream failed also clears it).
+	if _, pending := s.DropPending(); got.dropAt >= 0 && !want.bad && pending != (len(want.dropped) == 0) {
+		t.Fatalf("%s: DropPending %v after dropping %q", where(), pending, want.dropped)
+	}
+	return got, exact
 }
 
 var stripperCases = []string{
@@ -211,7 +384,24 @@ var stripperCases = []string{
 	">1\r\n$64\r\n" + strings.Repeat("A", 64) + "\r\n",
 	">3\r\n$9\r\nSMIGRATED\r\n:8\r\n*1\r\n*3\r\n$13\r\n10.0.0.1:7000\r\n$13\r\n10.0.0.2:7001\r\n$5\r\n0-100\r\n*0\r\n",
 	"%1\r\n+k\r\n*1\r\n|1\r\n+a\r\n+b\r\n_\r\n",
+	// Lengths of up to 19 digits, also while a push is held back: the
+	// longest held prefix (110 bytes) and a stripped push.
+	">0000000000000000002\r\n$0000000000000000064\r\n" + strings.Repeat("N", 64) + "\r\n:1\r\n+OK\r\n",
+	">0000000000000000004\r\n$0000000000000000006\r\nMOVING\r\n:1\r\n:15\r\n_\r\n+OK\r\n",
+	"*0000000000000000002\r\n$0000000000000000001\r\nx\r\n:1\r\n",
+	"%0000000000000000001\r\n+k\r\n+v\r\n>2\r\n+S\r\n:1\r\n",
+	// Lengths no frame can complete: the stream is well framed so far and
+	// passes unchanged.
+	"$9223372036854775807\r\nabc",
+	"*2\r\n%9223372036854775807\r\n*9223372036854775807\r\n:1\r\n:2\r\n",
+	"|9223372036854775807\r\n+k\r\n",
 	// Malformed streams: everything from the bad frame on passes unchanged.
+	"$9223372036854775808\r\nabc",
+	"*99999999999999999999\r\n:1\r\n",
+	"*00000000000000000001\r\n:1\r\n",
+	">2\r\n$00000000000000000006\r\nMOVING\r\n:1\r\n",
+	"*-0\r\n",
+	":1\r\n=-1\r\n",
 	"+OK\r\nxyz",
 	">2\r\n$6\r\nMOVING\r\n:1\r\nbad",
 	">3\r\n$6\r\nMOVING\r\n:1\r\n:2\r\n+OK\r\n$",
@@ -441,12 +631,12 @@ func TestStripperOversize(t *testing.T) {
 	push := string(AppendPush(nil, "MOVING", 1, 2, strings.Repeat("x", 100)))
 	in := push + "+OK\r\n" + push
 	for _, sizes := range [][]int{nil, {7}} {
-		called := 0
-		s := &Stripper{MaxStripped: 50, Strip: stripMaint, OnStripped: func([]byte) { called++ }}
+		s := &Stripper{MaxStripped: 50}
 		got := runStripper(s, &chunkReader{data: []byte(in), sizes: sizes}, 4096)
-		s.OnStripped = func([]byte) { called++ }
-		if string(got.out) != "+OK\r\n" || s.StrippedOversize() != 2 || len(got.stripped) != 0 {
-			t.Fatalf("chunks %v: out %q, oversize %d, stripped %d", sizes, got.out, s.StrippedOversize(), len(got.stripped))
+		wantOver := fmt.Sprintf("MOVING %d", len(push))
+		if string(got.out) != "+OK\r\n" || s.StrippedOversize() != 2 || len(got.stripped) != 0 ||
+			len(got.oversize) != 2 || got.oversize[0] != wantOver || got.oversize[1] != wantOver {
+			t.Fatalf("chunks %v: out %q, oversize %d %q, stripped %d", sizes, got.out, s.StrippedOversize(), got.oversize, len(got.stripped))
 		}
 	}
 }
