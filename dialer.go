@@ -283,6 +283,7 @@ func (m *Maint) wrap(t *target, raw net.Conn, remote string) *conn {
 	c.rd.OnStripped = c.onNotification
 	c.rd.OnReply = c.onReply
 	c.rd.OnMalformed = c.onMalformedReply
+	c.rd.OnOversize = c.onOversize
 	m.register(c, key)
 	return c
 }
@@ -313,6 +314,14 @@ func isSubscription(name []byte) bool {
 
 func (c *conn) onReply() {
 	c.replies.Add(1)
+}
+
+// onOversize counts and reports a maintenance push larger than maint
+// buffers: it is removed from the stream like any other, but not acted on.
+func (c *conn) onOversize(name []byte, size int64) {
+	c.m.c.oversize.Add(1)
+	c.m.logf("maint: %s: a %s push of %d bytes is larger than maint reads; removed, not acted on", c.remote, name, size)
+	c.m.emit(Event{Kind: EventMalformed, Node: c.n.key, Detail: fmt.Sprintf("oversize %s push: %d bytes", name, size)})
 }
 
 func (c *conn) onMalformedReply(err error) {
