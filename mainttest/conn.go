@@ -407,12 +407,17 @@ func (c *conn) backendLoop(br *bufio.Reader) {
 	}
 }
 
+// bigFrame is the size from which a backend frame is written by itself
+// rather than copied into the batch of small ones.
+const bigFrame = 64 << 10
+
 // writeLoop is the only writer to the client: it interleaves owed replies,
 // backend frames and injected pushes, always whole frames.
 func (c *conn) writeLoop() {
 	var buf []byte
 	for {
 		var served int64
+		var big []byte // a big backend frame, written alone and uncopied
 		c.mu.Lock()
 		for {
 			if c.closed {
@@ -432,6 +437,9 @@ func (c *conn) writeLoop() {
 					break
 				}
 				f := c.bout[0]
+				if len(f) >= bigFrame && len(buf) > 0 {
+					break // write what comes before it first
+				}
 				c.bout[0] = nil
 				c.bout = c.bout[1:]
 				// Pushes and attributes don't answer a command. A reply
@@ -444,9 +452,13 @@ func (c *conn) writeLoop() {
 					c.popLocked()
 					served++
 				}
+				if len(f) >= bigFrame {
+					big = f
+					break
+				}
 				buf = append(buf, f...)
 			}
-			if len(buf) > 0 {
+			if len(buf) > 0 || big != nil {
 				break
 			}
 			if c.bEOF {
@@ -471,7 +483,11 @@ func (c *conn) writeLoop() {
 		if served > 0 {
 			c.ep.served(served, time.Now())
 		}
-		if _, err := c.nc.Write(buf); err != nil {
+		out := buf
+		if big != nil {
+			out = big
+		}
+		if _, err := c.nc.Write(out); err != nil {
 			c.shutdown("client", false)
 			return
 		}

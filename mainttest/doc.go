@@ -25,7 +25,12 @@
 // replies of a pipeline. An ordered queue of owed replies keeps intercepted
 // replies in their place among relayed ones. Backend pushes (RESP3 pub/sub,
 // invalidations) are relayed as they come; RESP2 pub/sub messages are
-// relayed as unsolicited frames.
+// relayed as unsolicited frames. A reply is relayed whole whatever its size
+// (an LRANGE of millions of elements, a value of hundreds of megabytes): the
+// relay frames replies without a server's limits, while commands keep them
+// (arguments up to 512 MB, at most 1<<20 of them, inline commands up to
+// 64 KB; a command over them is answered "-ERR Protocol error" and its
+// connection closed, as Redis does).
 //
 // # Handshake
 //
