@@ -44,7 +44,17 @@
 //	-ERR unknown subcommand 'maint_notifications'. Try CLIENT HELP.
 //
 // with the subcommand echoed as sent, and records nothing (per endpoint:
-// Endpoint.SetUnsupported). The handshake is answered at once even inside
+// Endpoint.SetUnsupported). Endpoint.SetHandshake (and Config.Handshake)
+// choose any answer, per endpoint and over time: an arbitrary error line
+// ("-LOADING Redis is loading the dataset in memory"), no answer at all
+// (the connection hangs until closed), or a close of the connection; a
+// temporary answer covers the next N handshakes only:
+//
+//	ep.SetHandshake(mainttest.Handshake{Answer: mainttest.AnswerError,
+//		Error: "LOADING Redis is loading the dataset in memory", Times: 3})
+//
+// Stats.Handshakes counts the handshakes read, Stats.OptedIn the
+// connections they opted in. The handshake is answered at once even inside
 // MULTI, where a real server would queue it. HELLO is
 // forwarded and tracked: only connections that are both opted in and on
 // RESP3 receive pushes. A RESP2 connection may opt in (it is answered +OK

@@ -25,8 +25,16 @@ type Config struct {
 
 	// Unsupported makes every endpoint answer CLIENT MAINT_NOTIFICATIONS like
 	// a server without support: `-ERR unknown subcommand 'maint_notifications'.
-	// Try CLIENT HELP.` (subcommand echoed as sent). Nothing is recorded.
+	// Try CLIENT HELP.` (subcommand echoed as sent). Nothing is recorded. It
+	// takes precedence over Handshake.
 	Unsupported bool
+
+	// Handshake is how every endpoint answers CLIENT MAINT_NOTIFICATIONS at
+	// first (Endpoint.SetHandshake changes it per endpoint). The zero value
+	// answers like Redis Enterprise; with Times set, each endpoint gives this
+	// answer to its first Times handshakes, then answers like Redis
+	// Enterprise.
+	Handshake Handshake
 
 	// Logf, when set, receives one line per logged Event and per internal
 	// problem (backend dial failures, rebind failures). nil is silent. It is
