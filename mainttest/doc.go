@@ -95,7 +95,10 @@
 // DNS is a resolver the Emulator controls. Emulator.Dialer returns a dial
 // function for redis.Options.Dialer that resolves host names through it
 // (and dials anything else as given), so every client using it sees the
-// same answers, including a change scheduled with DNS.SetAfter.
+// same answers, including a change scheduled with DNS.SetAfter. A host may
+// have several addresses, dialled in order (the first that accepts wins),
+// or, with DNS.SetRoundRobin, starting one address further at each dial:
+// two nodes behind one name, as a round-robin DNS answer gives.
 //
 // # Faults and timing knobs
 //

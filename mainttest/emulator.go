@@ -140,8 +140,8 @@ func (e *Emulator) Endpoints() []*Endpoint {
 
 // Dialer returns a dial function for redis.Options.Dialer (or any client).
 // When the host of addr has records in DNS it dials those addresses in order
-// with addr's port and returns the first success; otherwise it dials addr as
-// given with a net.Dialer.
+// (rotated per dial with DNS.SetRoundRobin) with addr's port and returns the
+// first success; otherwise it dials addr as given with a net.Dialer.
 func (e *Emulator) Dialer() func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		var d net.Dialer
@@ -149,7 +149,7 @@ func (e *Emulator) Dialer() func(ctx context.Context, network, addr string) (net
 		if err != nil {
 			return d.DialContext(ctx, network, addr)
 		}
-		ips := e.dns.Lookup(host)
+		ips := e.dns.dialOrder(host)
 		if len(ips) == 0 {
 			return d.DialContext(ctx, network, addr)
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/maintkit/maint/internal/resp"
+	"github.com/redis/go-redis/v9"
 )
 
 // dialVia dials addr through the emulator's Dialer.
@@ -445,4 +446,64 @@ func TestCloseStopsEverything(t *testing.T) {
 	}
 	old.Migrated("x") // events after Close are harmless
 	old.RefuseNew(false)
+}
+
+// TestDNSRoundRobin: two nodes behind one name; with round-robin on,
+// successive dials alternate between them, and one that refuses is skipped.
+func TestDNSRoundRobin(t *testing.T) {
+	e := newEmu(t, Config{})
+	a, b := pairEndpoints(t, e)
+	const host = "db.test"
+	addr := host + ":" + a.Port()
+	e.DNS().Set(host, a.IP(), b.IP())
+	dial := e.Dialer()
+	landed := func() string {
+		t.Helper()
+		c, err := dial(context.Background(), "tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		return c.RemoteAddr().String()
+	}
+	for i := 0; i < 3; i++ {
+		if got := landed(); got != a.Addr() {
+			t.Fatalf("dial %d without round-robin landed on %s, want the first address %s", i, got, a.Addr())
+		}
+	}
+	e.DNS().SetRoundRobin(true)
+	var got []string
+	for i := 0; i < 4; i++ {
+		got = append(got, landed())
+	}
+	if got[0] == got[1] || got[0] != got[2] || got[1] != got[3] {
+		t.Fatalf("round-robin dials landed on %v, want alternating nodes", got)
+	}
+	// A node that refuses is skipped: every dial lands on the other.
+	a.RefuseNew(true)
+	for i := 0; i < 3; i++ {
+		if got := landed(); got != b.Addr() {
+			t.Fatalf("dial %d with %s refusing landed on %s", i, a.Addr(), got)
+		}
+	}
+	a.RefuseNew(false)
+
+	// A go-redis pool spreads over both nodes: four connections held at
+	// once, two on each.
+	client := redis.NewClient(&redis.Options{Addr: addr, Dialer: dial, PoolSize: 4, MaxRetries: -1})
+	defer client.Close()
+	for i := 0; i < 4; i++ {
+		cn := client.Conn()
+		defer cn.Close()
+		if err := cn.Ping(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a.Stats().Open != 2 || b.Stats().Open != 2 {
+		t.Fatalf("go-redis connections: %d on %s, %d on %s, want 2 and 2", a.Stats().Open, a.Addr(), b.Stats().Open, b.Addr())
+	}
+	e.DNS().SetRoundRobin(false)
+	if got := landed(); got != a.Addr() {
+		t.Fatalf("round-robin off: landed on %s", got)
+	}
 }
