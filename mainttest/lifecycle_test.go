@@ -507,3 +507,94 @@ func TestDNSRoundRobin(t *testing.T) {
 		t.Fatalf("round-robin off: landed on %s", got)
 	}
 }
+
+// TestTwoEndpointsMovingAtOnce: two nodes of two databases move at the same
+// time, both with a null endpoint and DNS following after the windows' end;
+// each keeps its own seq, window, close and DNS change.
+func TestTwoEndpointsMovingAtOnce(t *testing.T) {
+	e := newEmu(t, Config{})
+	type db struct {
+		host     string
+		old, nw  *Endpoint
+		addr     string
+		opted    *rawClient
+		idle     *rawClient
+		seq      int64
+		dnsMoved Event
+	}
+	old1, new1 := pairEndpoints(t, e)
+	var old2, new2 *Endpoint
+	for i := 0; i < 20 && new2 == nil; i++ {
+		old2 = addEndpoint(t, e, "127.0.0.4:0")
+		var err error
+		if new2, err = e.AddEndpoint("127.0.0.5:" + old2.Port()); err != nil {
+			old2.RefuseNew(true)
+			new2 = nil
+		}
+	}
+	if new2 == nil {
+		t.Fatal("no port free on both 127.0.0.4 and 127.0.0.5")
+	}
+	dbs := []*db{{host: "one.test", old: old1, nw: new1}, {host: "two.test", old: old2, nw: new2}}
+	for _, d := range dbs {
+		e.DNS().Set(d.host, d.old.IP())
+		d.addr = d.host + ":" + d.old.Port()
+		var err error
+		if d.opted, err = dialVia(t, e, d.addr); err != nil {
+			t.Fatal(err)
+		}
+		d.opted.hello3()
+		d.opted.optIn("internal-ip")
+		if d.idle, err = dialVia(t, e, d.addr); err != nil {
+			t.Fatal(err)
+		}
+		if r := d.idle.do("SET", d.host, "v"); r != "+OK\r\n" {
+			t.Fatal(r)
+		}
+	}
+
+	const window, lag = 300 * time.Millisecond, 600 * time.Millisecond
+	start := time.Now()
+	for _, d := range dbs {
+		d.seq = d.old.Moving(Moving{Window: window, To: d.nw, Null: true, StopAccepting: true, DNSHost: d.host, DNSLag: lag})
+	}
+	if dbs[0].seq == dbs[1].seq {
+		t.Fatalf("both MOVINGs got seq %d", dbs[0].seq)
+	}
+	for _, d := range dbs {
+		d.opted.expect(string(resp.AppendMoving(nil, d.seq, 1, "", true)))
+	}
+	for _, d := range dbs {
+		ev := waitEvent(t, e, IsKind(d.old, KindWindowEndClose))
+		if ev.Seq != d.seq || ev.Detail != "closed=2 owed=0" || ev.At.Sub(start) < window {
+			t.Fatalf("%s window end %v (%v after the MOVINGs)", d.old.Addr(), ev, ev.At.Sub(start))
+		}
+		if s := d.old.Stats(); s.ClosedAtWindowEnd != 2 || s.Open != 0 {
+			t.Fatalf("%s stats %+v", d.old.Addr(), s)
+		}
+		for _, c := range []*rawClient{d.opted, d.idle} {
+			if _, err := c.readErr(5 * time.Second); !errors.Is(err, io.EOF) {
+				t.Fatalf("%s: client read after the window's end: %v", d.old.Addr(), err)
+			}
+		}
+		if got := e.DNS().Lookup(d.host); len(got) != 1 || got[0] != d.old.IP() {
+			t.Fatalf("%s: DNS moved before its lag: %v", d.host, got)
+		}
+	}
+	for _, d := range dbs {
+		d.dnsMoved = waitEvent(t, e, func(ev Event) bool { return ev.Kind == KindDNS && ev.Detail == d.host+" -> "+d.nw.IP() })
+		if el := d.dnsMoved.At.Sub(start); el < lag {
+			t.Fatalf("%s: DNS moved %v after the MOVING, before its lag %v", d.host, el, lag)
+		}
+		c, err := dialVia(t, e, d.addr)
+		if err != nil {
+			t.Fatalf("%s after DNS moved: %v", d.host, err)
+		}
+		if r := c.do("GET", d.host); r != "$1\r\nv\r\n" {
+			t.Fatalf("%s: GET on the new node: %q", d.host, r)
+		}
+		if s := d.nw.Stats(); s.Opened != 1 || s.Served != 1 {
+			t.Fatalf("%s stats %+v", d.nw.Addr(), s)
+		}
+	}
+}
