@@ -789,6 +789,10 @@ func TestGoRedisNeverReadsConcurrently(t *testing.T) {
 		c := newContract(t)
 		opt := c.options()
 		opt.PoolSize, opt.MaxRetries = 4, 3
+		// Generous timeouts: one full-duplex run on a loaded machine took
+		// 4.7 s and failed three commands (the error was not recorded then;
+		// 3 s timeouts are the likely cause).
+		opt.ReadTimeout, opt.WriteTimeout = 15*time.Second, 15*time.Second
 		rdb := c.client(opt)
 		ctx := context.Background()
 		var ap *redis.AutoPipeliner
