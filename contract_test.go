@@ -649,8 +649,8 @@ func TestMaintConnImplementsSyscallConn(t *testing.T) {
 // ---------------------------------------------------------------------------
 // c. Deadlines.
 
-// deadlineOf returns the op of kind right before the first op of next in
-// ops, checking that one exists.
+// setterBefore returns the op right before the first op of kind next in
+// ops, checking that it is a call of setter.
 func setterBefore(t *testing.T, ops []wireOp, setter, next, assumption string) wireOp {
 	t.Helper()
 	i := index(ops, next)
@@ -669,8 +669,10 @@ func checkDeadline(t *testing.T, o wireOp, timeout time.Duration, assumption str
 		}
 		return
 	}
+	// go-redis reads the clock before the call: the distance is at most the
+	// timeout, less by however long the machine took to make the call.
 	d := o.dl.Sub(o.at)
-	if o.dl.IsZero() || d > timeout || d < timeout-250*time.Millisecond {
+	if o.dl.IsZero() || d > timeout || d < timeout/2 {
 		t.Fatalf("%s: %s set +%v (zero=%v), want +%v (now + the timeout)", assumption, o.kind, d, o.dl.IsZero(), timeout)
 	}
 }
@@ -1398,7 +1400,7 @@ func TestGoRedisReadsPushesBeforeCommand(t *testing.T) {
 					probe = o.dl.Sub(o.at)
 				}
 			}
-			if probe <= 0 || probe > 50*time.Millisecond || probe < 30*time.Millisecond {
+			if probe <= 0 || probe > 50*time.Millisecond {
 				t.Fatalf("after 5 s idle, go-redis no longer drains a buffered push before the command under a 50 ms read deadline (saw %v):%s", probe, dump(before))
 			}
 			after := ops[w:]
