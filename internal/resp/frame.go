@@ -10,9 +10,10 @@ import (
 )
 
 // Limits of client commands. ReadCommand enforces them as a Redis server
-// does for what its clients send; CommandName, the Stripper and the push
-// parsers apply them too (parseLen). ReadFrame, which frames replies, does
-// not: a reply is as large as the server makes it (see ReadFrame).
+// does for what its clients send. The readers of replies (ReadFrame, the
+// Stripper, the push parsers) do not: a reply is as large as the server
+// makes it (see ReadFrame); they only keep MaxBulkLen for simple lines and
+// MaxDepth.
 const (
 	// MaxBulkLen is the largest accepted blob length ($, =, !) of a command
 	// argument (Redis's proto-max-bulk-len default) and the largest accepted
@@ -27,9 +28,9 @@ const (
 	MaxDepth = 64
 )
 
-// maxReplyLen is the largest blob length or element count ReadFrame accepts
-// in a reply: whatever a length field of maxLenDigits digits can say, as
-// long as the blob's length plus its CRLF fits in an int.
+// maxReplyLen is the largest blob length or element count accepted in a
+// reply: whatever a length field of maxLenDigits digits can say, as long as
+// the blob's length plus its CRLF fits in an int.
 const maxReplyLen int64 = min(math.MaxInt-2, 9_999_999_999)
 
 // limits are the largest blob length and element count a framer accepts.
@@ -68,9 +69,9 @@ var typeClass = [256]uint8{
 // the type byte t.
 func nullable(t byte) bool { return t == '$' || t == '*' }
 
-// limitFor returns the largest length or count of a command accepted for
-// type byte t.
-func limitFor(t byte) int64 { return commandLimits.of(t) }
+// limitFor returns the largest length or count of a reply accepted for
+// type byte t (the Stripper's limit).
+func limitFor(t byte) int64 { return replyLimits.of(t) }
 
 // of returns the largest length or count accepted for type byte t.
 func (l limits) of(t byte) int64 {
@@ -93,11 +94,12 @@ func errBadType(b byte) error {
 }
 
 // parseLen parses the length or count field of a blob or aggregate header
-// (the bytes between the type byte and the CR) under the command limits. It
-// returns -1 for a RESP2 null. The rules are the same as the incremental
-// ones in Stripper.
+// (the bytes between the type byte and the CR) under the reply limits, as
+// the Stripper, the push parsers and CommandName (whose input ReadCommand
+// has already held to the command limits) need. It returns -1 for a RESP2
+// null. The rules are the same as the incremental ones in Stripper.
 func parseLen(t byte, body []byte) (int64, error) {
-	return parseLenMax(t, body, commandLimits)
+	return parseLenMax(t, body, replyLimits)
 }
 
 // parseLenMax is parseLen under the limits lim.

@@ -138,6 +138,37 @@ func TestReadFrameReplyLimits(t *testing.T) {
 	}
 }
 
+// TestStripperTakesBigReplies: the Stripper frames replies under the same
+// limits as ReadFrame, so a reply over the command limits (an LRANGE of
+// more than 1<<20 elements) is one reply, not a malformed stream that
+// would stop maint from seeing notifications on that connection.
+func TestStripperTakesBigReplies(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("*1048586\r\n")
+	for range MaxAggregateLen + 10 {
+		b.WriteString("$1\r\nx\r\n")
+	}
+	moving := ">4\r\n$6\r\nMOVING\r\n:1\r\n:15\r\n_\r\n"
+	in := b.String() + moving + "$536870913\r\nabc" // a big blob's start
+	replies, stripped, malformedErr := 0, 0, error(nil)
+	s := &Stripper{
+		Strip:       func(name []byte) bool { return string(name) == "MOVING" },
+		OnReply:     func() { replies++ },
+		OnStripped:  func([]byte) { stripped++ },
+		OnMalformed: func(err error) { malformedErr = err },
+	}
+	p := make([]byte, 32<<10)
+	r := strings.NewReader(in)
+	for {
+		if _, err := s.Read(r, p); err != nil {
+			break
+		}
+	}
+	if malformedErr != nil || replies != 1 || stripped != 1 {
+		t.Fatalf("Stripper over a reply of %d elements: %d replies, %d stripped, malformed %v", MaxAggregateLen+10, replies, stripped, malformedErr)
+	}
+}
+
 type errReader struct{ err error }
 
 func (e errReader) Read([]byte) (int, error) { return 0, e.err }
