@@ -17,6 +17,9 @@ import (
 // entry is one reply a client connection is owed, in command order.
 type entry struct {
 	isLocal bool
+	// hang, on a local entry, is a reply that never comes (AnswerNone):
+	// nothing after it is written.
+	hang bool
 	// local holds an intercepted reply (+OK / -ERR) followed by any pushes
 	// that must not overtake it (replays, events injected meanwhile).
 	local []byte
@@ -52,7 +55,8 @@ type conn struct {
 	pushes        []byte    // injected push frames not tied to a local reply
 	bout          [][]byte  // backend frames not yet written
 	bEOF          bool      // the backend connection ended
-	closeAfter    bool      // close once every owed reply is written (protocol error)
+	closeAfter    bool      // close once every owed reply is written (protocol error, AnswerClose)
+	closeWhy      string    // the reason closeAfter gives
 	backendErrMsg string
 }
 
@@ -233,7 +237,9 @@ func (c *conn) readLoop(cr *bufio.Reader) {
 			return
 		}
 		if name == "CLIENT" && len(args) > 0 && strings.EqualFold(string(args[0]), "MAINT_NOTIFICATIONS") {
-			c.handshake(args)
+			if !c.handshake(args) {
+				return // AnswerClose: read nothing more
+			}
 			continue
 		}
 		if frame[0] != '*' { // inline: the backend may not speak it
@@ -337,21 +343,40 @@ func (c *conn) protocolError(err error) {
 	msg := strings.TrimPrefix(err.Error(), "resp: ")
 	c.mu.Lock()
 	c.queueLocalLocked(resp.AppendError(nil, "ERR Protocol error: "+msg))
-	c.closeAfter = true
+	c.closeAfter, c.closeWhy = true, "protocol_error"
 	c.mu.Unlock()
 }
 
-// handshake answers CLIENT MAINT_NOTIFICATIONS without forwarding it.
-func (c *conn) handshake(args [][]byte) {
+// handshake answers CLIENT MAINT_NOTIFICATIONS without forwarding it, as
+// the endpoint's Handshake says. It reports false when the connection reads
+// no more commands (AnswerClose).
+func (c *conn) handshake(args [][]byte) bool {
 	ep := c.ep
-	if ep.unsupported.Load() {
-		c.queueLocal(resp.AppendError(nil, "ERR unknown subcommand '"+string(args[0])+"'. Try CLIENT HELP."))
-		c.e.event(Event{Endpoint: ep.addr, Kind: KindUnsupported, Conn: c.id})
-		return
+	switch h := ep.takeHandshake(); h.Answer {
+	case AnswerError:
+		msg := h.Error
+		if msg == "" {
+			msg = "ERR unknown subcommand '" + string(args[0]) + "'. Try CLIENT HELP."
+		}
+		c.queueLocal(resp.AppendError(nil, msg))
+		c.e.event(Event{Endpoint: ep.addr, Kind: KindUnsupported, Conn: c.id, Detail: msg})
+		return true
+	case AnswerNone:
+		c.mu.Lock()
+		c.outQ = append(c.outQ, entry{isLocal: true, hang: true})
+		c.mu.Unlock()
+		c.e.event(Event{Endpoint: ep.addr, Kind: KindHandshakeIgnored, Conn: c.id})
+		return true
+	case AnswerClose:
+		c.mu.Lock()
+		c.closeAfter, c.closeWhy = true, "handshake"
+		c.cond.Signal()
+		c.mu.Unlock()
+		return false
 	}
 	if len(args) < 2 {
 		c.queueLocal(resp.AppendError(nil, "ERR wrong number of arguments for 'client|maint_notifications' command"))
-		return
+		return true
 	}
 	switch strings.ToUpper(string(args[1])) {
 	case "ON":
@@ -360,14 +385,14 @@ func (c *conn) handshake(args [][]byte) {
 		for len(rest) > 0 {
 			if len(rest) < 2 || !strings.EqualFold(string(rest[0]), "moving-endpoint-type") {
 				c.queueLocal(resp.AppendError(nil, "ERR syntax error"))
-				return
+				return true
 			}
 			typ = strings.ToLower(string(rest[1]))
 			switch typ {
 			case "internal-ip", "internal-fqdn", "external-ip", "external-fqdn", "none":
 			default:
 				c.queueLocal(resp.AppendError(nil, "ERR invalid moving-endpoint-type '"+string(rest[1])+"'"))
-				return
+				return true
 			}
 			rest = rest[2:]
 		}
@@ -375,7 +400,7 @@ func (c *conn) handshake(args [][]byte) {
 	case "OFF":
 		if len(args) != 2 {
 			c.queueLocal(resp.AppendError(nil, "ERR syntax error"))
-			return
+			return true
 		}
 		c.mu.Lock()
 		c.optedIn = false
@@ -385,6 +410,7 @@ func (c *conn) handshake(args [][]byte) {
 	default:
 		c.queueLocal(resp.AppendError(nil, "ERR syntax error"))
 	}
+	return true
 }
 
 // backendLoop frames the backend's output for writeLoop.
@@ -407,12 +433,17 @@ func (c *conn) backendLoop(br *bufio.Reader) {
 	}
 }
 
+// bigFrame is the size from which a backend frame is written by itself
+// rather than copied into the batch of small ones.
+const bigFrame = 64 << 10
+
 // writeLoop is the only writer to the client: it interleaves owed replies,
 // backend frames and injected pushes, always whole frames.
 func (c *conn) writeLoop() {
 	var buf []byte
 	for {
 		var served int64
+		var big []byte // a big backend frame, written alone and uncopied
 		c.mu.Lock()
 		for {
 			if c.closed {
@@ -423,6 +454,9 @@ func (c *conn) writeLoop() {
 			c.pushes = c.pushes[:0]
 			served = 0
 			for {
+				if len(c.outQ) > 0 && c.outQ[0].hang {
+					break // a reply that never comes: nothing after it either
+				}
 				if len(c.outQ) > 0 && c.outQ[0].isLocal {
 					buf = append(buf, c.outQ[0].local...)
 					c.popLocked()
@@ -432,6 +466,9 @@ func (c *conn) writeLoop() {
 					break
 				}
 				f := c.bout[0]
+				if len(f) >= bigFrame && len(buf) > 0 {
+					break // write what comes before it first
+				}
 				c.bout[0] = nil
 				c.bout = c.bout[1:]
 				// Pushes and attributes don't answer a command. A reply
@@ -444,9 +481,13 @@ func (c *conn) writeLoop() {
 					c.popLocked()
 					served++
 				}
+				if len(f) >= bigFrame {
+					big = f
+					break
+				}
 				buf = append(buf, f...)
 			}
-			if len(buf) > 0 {
+			if len(buf) > 0 || big != nil {
 				break
 			}
 			if c.bEOF {
@@ -459,8 +500,9 @@ func (c *conn) writeLoop() {
 				return
 			}
 			if c.closeAfter && len(c.outQ) == 0 {
+				why := c.closeWhy
 				c.mu.Unlock()
-				c.shutdown("protocol_error", false)
+				c.shutdown(why, why == "handshake")
 				return
 			}
 			c.cond.Wait()
@@ -471,7 +513,11 @@ func (c *conn) writeLoop() {
 		if served > 0 {
 			c.ep.served(served, time.Now())
 		}
-		if _, err := c.nc.Write(buf); err != nil {
+		out := buf
+		if big != nil {
+			out = big
+		}
+		if _, err := c.nc.Write(out); err != nil {
 			c.shutdown("client", false)
 			return
 		}

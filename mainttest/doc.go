@@ -25,7 +25,12 @@
 // replies of a pipeline. An ordered queue of owed replies keeps intercepted
 // replies in their place among relayed ones. Backend pushes (RESP3 pub/sub,
 // invalidations) are relayed as they come; RESP2 pub/sub messages are
-// relayed as unsolicited frames.
+// relayed as unsolicited frames. A reply is relayed whole whatever its size
+// (an LRANGE of millions of elements, a value of hundreds of megabytes): the
+// relay frames replies without a server's limits, while commands keep them
+// (arguments up to 512 MB, at most 1<<20 of them, inline commands up to
+// 64 KB; a command over them is answered "-ERR Protocol error" and its
+// connection closed, as Redis does).
 //
 // # Handshake
 //
@@ -39,7 +44,17 @@
 //	-ERR unknown subcommand 'maint_notifications'. Try CLIENT HELP.
 //
 // with the subcommand echoed as sent, and records nothing (per endpoint:
-// Endpoint.SetUnsupported). The handshake is answered at once even inside
+// Endpoint.SetUnsupported). Endpoint.SetHandshake (and Config.Handshake)
+// choose any answer, per endpoint and over time: an arbitrary error line
+// ("-LOADING Redis is loading the dataset in memory"), no answer at all
+// (the connection hangs until closed), or a close of the connection; a
+// temporary answer covers the next N handshakes only:
+//
+//	ep.SetHandshake(mainttest.Handshake{Answer: mainttest.AnswerError,
+//		Error: "LOADING Redis is loading the dataset in memory", Times: 3})
+//
+// Stats.Handshakes counts the handshakes read, Stats.OptedIn the
+// connections they opted in. The handshake is answered at once even inside
 // MULTI, where a real server would queue it. HELLO is
 // forwarded and tracked: only connections that are both opted in and on
 // RESP3 receive pushes. A RESP2 connection may opt in (it is answered +OK
@@ -80,7 +95,10 @@
 // DNS is a resolver the Emulator controls. Emulator.Dialer returns a dial
 // function for redis.Options.Dialer that resolves host names through it
 // (and dials anything else as given), so every client using it sees the
-// same answers, including a change scheduled with DNS.SetAfter.
+// same answers, including a change scheduled with DNS.SetAfter. A host may
+// have several addresses, dialled in order (the first that accepts wins),
+// or, with DNS.SetRoundRobin, starting one address further at each dial:
+// two nodes behind one name, as a round-robin DNS answer gives.
 //
 // # Faults and timing knobs
 //

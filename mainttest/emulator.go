@@ -25,8 +25,16 @@ type Config struct {
 
 	// Unsupported makes every endpoint answer CLIENT MAINT_NOTIFICATIONS like
 	// a server without support: `-ERR unknown subcommand 'maint_notifications'.
-	// Try CLIENT HELP.` (subcommand echoed as sent). Nothing is recorded.
+	// Try CLIENT HELP.` (subcommand echoed as sent). Nothing is recorded. It
+	// takes precedence over Handshake.
 	Unsupported bool
+
+	// Handshake is how every endpoint answers CLIENT MAINT_NOTIFICATIONS at
+	// first (Endpoint.SetHandshake changes it per endpoint). The zero value
+	// answers like Redis Enterprise; with Times set, each endpoint gives this
+	// answer to its first Times handshakes, then answers like Redis
+	// Enterprise.
+	Handshake Handshake
 
 	// Logf, when set, receives one line per logged Event and per internal
 	// problem (backend dial failures, rebind failures). nil is silent. It is
@@ -132,8 +140,8 @@ func (e *Emulator) Endpoints() []*Endpoint {
 
 // Dialer returns a dial function for redis.Options.Dialer (or any client).
 // When the host of addr has records in DNS it dials those addresses in order
-// with addr's port and returns the first success; otherwise it dials addr as
-// given with a net.Dialer.
+// (rotated per dial with DNS.SetRoundRobin) with addr's port and returns the
+// first success; otherwise it dials addr as given with a net.Dialer.
 func (e *Emulator) Dialer() func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		var d net.Dialer
@@ -141,7 +149,7 @@ func (e *Emulator) Dialer() func(ctx context.Context, network, addr string) (net
 		if err != nil {
 			return d.DialContext(ctx, network, addr)
 		}
-		ips := e.dns.Lookup(host)
+		ips := e.dns.dialOrder(host)
 		if len(ips) == 0 {
 			return d.DialContext(ctx, network, addr)
 		}

@@ -21,8 +21,6 @@ type Endpoint struct {
 	port string
 	fqdn atomic.Pointer[string]
 
-	unsupported atomic.Bool // answer the handshake like a server without support
-
 	refuseMu sync.Mutex // serialises RefuseNew
 
 	mu          sync.Mutex // guards everything below
@@ -31,6 +29,10 @@ type Endpoint struct {
 	conns       map[*conn]struct{}
 	stats       Stats
 	firstServed bool
+
+	hs     Handshake // the standing answer to CLIENT MAINT_NOTIFICATIONS
+	hsTemp Handshake // a temporary answer, for hsLeft more handshakes
+	hsLeft int
 
 	latency      time.Duration
 	cmdLatency   map[string]time.Duration
@@ -61,6 +63,11 @@ type Stats struct {
 	Open    int // client connections open now
 	Opened  int // client connections ever accepted
 	OptedIn int // connections that ever opted in (CLIENT MAINT_NOTIFICATIONS ON answered +OK)
+
+	// Handshakes counts the CLIENT MAINT_NOTIFICATIONS commands read (ON
+	// and OFF), whatever the answer (see SetHandshake); OptedIn counts the
+	// connections they opted in.
+	Handshakes int
 
 	// ClosedAtWindowEnd counts the connections the Emulator closed at the
 	// end of a MOVING window, summed over MOVINGs.
@@ -150,7 +157,13 @@ func (e *Emulator) AddEndpoint(addr string) (*Endpoint, error) {
 		conns:      make(map[*conn]struct{}),
 		cmdLatency: make(map[string]time.Duration),
 	}
-	ep.unsupported.Store(e.cfg.Unsupported)
+	ep.hs = e.cfg.Handshake
+	if e.cfg.Unsupported {
+		ep.hs = Handshake{Answer: AnswerError}
+	}
+	if ep.hs.Times > 0 {
+		ep.hsTemp, ep.hsLeft, ep.hs = ep.hs, ep.hs.Times, Handshake{}
+	}
 	e.endpoints = append(e.endpoints, ep)
 	e.goLocked(func() { ep.acceptLoop(ln) })
 	e.event(Event{Endpoint: ep.addr, Kind: KindListen})
@@ -171,14 +184,6 @@ func (ep *Endpoint) Port() string { return ep.port }
 // name at the endpoint with DNS().Set for clients that dial it.
 func (ep *Endpoint) SetFQDN(host string) {
 	ep.fqdn.Store(&host)
-}
-
-// SetUnsupported makes this endpoint answer CLIENT MAINT_NOTIFICATIONS like
-// a server without support (true) or like Redis Enterprise (false), from
-// the next handshake on; the default is Config.Unsupported. Connections
-// already opted in stay opted in.
-func (ep *Endpoint) SetUnsupported(unsupported bool) {
-	ep.unsupported.Store(unsupported)
 }
 
 // Stats returns a snapshot of the endpoint's counters.

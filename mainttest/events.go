@@ -13,16 +13,20 @@ const (
 	// KindAccept: a client connection was accepted; Conn is its id.
 	KindAccept = "accept"
 	// KindClose: a client connection ended; Detail says why ("client",
-	// "backend", "protocol_error", "window_end", "close_all", "emulator_close")
-	// and how many replies were still owed.
+	// "backend", "protocol_error", "handshake" (AnswerClose), "window_end",
+	// "close_all", "emulator_close") and how many replies were still owed.
 	KindClose = "close"
 	// KindOptIn: CLIENT MAINT_NOTIFICATIONS ON was accepted; Detail is the
 	// requested moving-endpoint-type ("" for a bare ON).
 	KindOptIn = "optin"
 	// KindOptOut: CLIENT MAINT_NOTIFICATIONS OFF was accepted.
 	KindOptOut = "optout"
-	// KindUnsupported: the handshake was answered with -ERR (Config.Unsupported).
+	// KindUnsupported: the handshake was answered with an error
+	// (AnswerError, Config.Unsupported); Detail is the error line.
 	KindUnsupported = "unsupported"
+	// KindHandshakeIgnored: the handshake was read and will never be
+	// answered (AnswerNone).
+	KindHandshakeIgnored = "handshake_ignored"
 	// KindFirstServed: the endpoint relayed its first backend reply.
 	KindFirstServed = "first_served"
 

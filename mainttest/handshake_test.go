@@ -243,3 +243,114 @@ func TestSetUnsupportedPerEndpoint(t *testing.T) {
 		t.Fatalf("a %+v b %+v", a.Stats(), b.Stats())
 	}
 }
+
+// TestSetHandshakeError: an arbitrary error line, temporary answers that
+// give way to the standing one, and the count of handshakes read.
+func TestSetHandshakeError(t *testing.T) {
+	e := newEmu(t, Config{})
+	ep := addEndpoint(t, e, "127.0.0.2:0")
+	const loading = "LOADING Redis is loading the dataset in memory"
+	ep.SetHandshake(Handshake{Answer: AnswerError, Error: loading, Times: 2})
+	c := dialRaw(t, ep.Addr())
+	c.hello3()
+	for i := 0; i < 2; i++ {
+		if r := c.do("client", "maint_notifications", "on", "moving-endpoint-type", "internal-ip"); r != "-"+loading+"\r\n" {
+			t.Fatalf("handshake %d: %q, want -%s", i, r, loading)
+		}
+	}
+	ev := waitEvent(t, e, IsKind(ep, KindUnsupported))
+	if ev.Detail != loading {
+		t.Fatalf("event %v", ev)
+	}
+	// The temporary answer is spent: the standing one (+OK) applies.
+	c.optIn("internal-ip")
+	if s := ep.Stats(); s.Handshakes != 3 || s.OptedIn != 1 {
+		t.Fatalf("stats %+v, want 3 handshakes read and one connection opted in", s)
+	}
+
+	// A standing error answer, CR and LF made harmless, then back to +OK.
+	ep.SetHandshake(Handshake{Answer: AnswerError, Error: "ERR no\r\nway"})
+	for i := 0; i < 2; i++ {
+		if r := c.do("client", "maint_notifications", "off"); r != "-ERR no  way\r\n" {
+			t.Fatalf("standing error answer %d: %q", i, r)
+		}
+	}
+	ep.SetUnsupported(true)
+	if r := c.do("client", "maint_notifications", "on"); r != "-ERR unknown subcommand 'maint_notifications'. Try CLIENT HELP.\r\n" {
+		t.Fatalf("SetUnsupported(true): %q", r)
+	}
+	ep.SetUnsupported(false)
+	c.optIn("")
+	if s := ep.Stats(); s.Handshakes != 7 || s.OptedIn != 1 {
+		t.Fatalf("stats %+v, want 7 handshakes read", s)
+	}
+
+	// Config.Handshake is every new endpoint's first answer.
+	e2 := newEmu(t, Config{Handshake: Handshake{Answer: AnswerError, Error: loading, Times: 1}})
+	ep2 := addEndpoint(t, e2, "127.0.0.2:0")
+	c2 := dialRaw(t, ep2.Addr())
+	c2.hello3()
+	if r := c2.do("client", "maint_notifications", "on"); r != "-"+loading+"\r\n" {
+		t.Fatalf("Config.Handshake: %q", r)
+	}
+	c2.optIn("")
+}
+
+// TestSetHandshakeNone: a handshake that is never answered holds every
+// later reply too, until the client gives up and closes.
+func TestSetHandshakeNone(t *testing.T) {
+	e := newEmu(t, Config{})
+	ep := addEndpoint(t, e, "127.0.0.2:0")
+	ep.SetHandshake(Handshake{Answer: AnswerNone})
+	c := dialRaw(t, ep.Addr())
+	c.hello3()
+	var b []byte
+	b = append(b, encodeCmd("client", "maint_notifications", "on")...)
+	b = append(b, encodeCmd("PING")...)
+	c.write(b)
+	waitEvent(t, e, IsKind(ep, KindHandshakeIgnored))
+	c.noFrameWithin(200 * time.Millisecond)
+	if s := ep.Stats(); s.Pending != 2 || s.Handshakes != 1 || s.OptedIn != 0 {
+		t.Fatalf("stats %+v, want the handshake and the PING pending", s)
+	}
+	ep.Migrating(0, `["1"]`) // not opted in: nothing to push anyway
+	c.noFrameWithin(50 * time.Millisecond)
+	_ = c.nc.Close()
+	ev := waitEvent(t, e, IsKind(ep, KindClose))
+	if ev.Detail != "client owed=2" {
+		t.Fatalf("close %v", ev)
+	}
+	if s := ep.Stats(); s.Open != 0 || s.OwedAtClose != 0 {
+		t.Fatalf("stats %+v: a client's close is not the emulator's", s)
+	}
+}
+
+// TestSetHandshakeClose: the connection is closed on the handshake, after
+// the replies owed before it; commands after it are never answered.
+func TestSetHandshakeClose(t *testing.T) {
+	e := newEmu(t, Config{})
+	ep := addEndpoint(t, e, "127.0.0.2:0")
+	ep.SetHandshake(Handshake{Answer: AnswerClose, Times: 1})
+	c := dialRaw(t, ep.Addr())
+	c.hello3()
+	var b []byte
+	b = append(b, encodeCmd("ECHO", "before")...)
+	b = append(b, encodeCmd("client", "maint_notifications", "on")...)
+	b = append(b, encodeCmd("ECHO", "after")...)
+	c.write(b)
+	c.expect("$6\r\nbefore\r\n")
+	if f, err := c.readErr(5 * time.Second); err == nil {
+		t.Fatalf("got %q after the handshake, want the connection closed", f)
+	}
+	ev := waitEvent(t, e, IsKind(ep, KindClose))
+	if ev.Detail != "handshake owed=0" {
+		t.Fatalf("close %v", ev)
+	}
+	// Times 1: the next connection opts in.
+	c2 := dialRaw(t, ep.Addr())
+	c2.hello3()
+	c2.optIn("internal-ip")
+	if s := ep.Stats(); s.Handshakes != 2 || s.OptedIn != 1 || s.Open != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+}

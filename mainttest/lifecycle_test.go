@@ -15,6 +15,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/maintkit/maint/internal/resp"
+	"github.com/redis/go-redis/v9"
 )
 
 // dialVia dials addr through the emulator's Dialer.
@@ -445,4 +446,155 @@ func TestCloseStopsEverything(t *testing.T) {
 	}
 	old.Migrated("x") // events after Close are harmless
 	old.RefuseNew(false)
+}
+
+// TestDNSRoundRobin: two nodes behind one name; with round-robin on,
+// successive dials alternate between them, and one that refuses is skipped.
+func TestDNSRoundRobin(t *testing.T) {
+	e := newEmu(t, Config{})
+	a, b := pairEndpoints(t, e)
+	const host = "db.test"
+	addr := host + ":" + a.Port()
+	e.DNS().Set(host, a.IP(), b.IP())
+	dial := e.Dialer()
+	landed := func() string {
+		t.Helper()
+		c, err := dial(context.Background(), "tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		return c.RemoteAddr().String()
+	}
+	for i := 0; i < 3; i++ {
+		if got := landed(); got != a.Addr() {
+			t.Fatalf("dial %d without round-robin landed on %s, want the first address %s", i, got, a.Addr())
+		}
+	}
+	e.DNS().SetRoundRobin(true)
+	var got []string
+	for i := 0; i < 4; i++ {
+		got = append(got, landed())
+	}
+	if got[0] == got[1] || got[0] != got[2] || got[1] != got[3] {
+		t.Fatalf("round-robin dials landed on %v, want alternating nodes", got)
+	}
+	// A node that refuses is skipped: every dial lands on the other.
+	a.RefuseNew(true)
+	for i := 0; i < 3; i++ {
+		if got := landed(); got != b.Addr() {
+			t.Fatalf("dial %d with %s refusing landed on %s", i, a.Addr(), got)
+		}
+	}
+	a.RefuseNew(false)
+
+	// A go-redis pool spreads over both nodes: four connections held at
+	// once, two on each.
+	client := redis.NewClient(&redis.Options{Addr: addr, Dialer: dial, PoolSize: 4, MaxRetries: -1})
+	defer client.Close()
+	for i := 0; i < 4; i++ {
+		cn := client.Conn()
+		defer cn.Close()
+		if err := cn.Ping(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a.Stats().Open != 2 || b.Stats().Open != 2 {
+		t.Fatalf("go-redis connections: %d on %s, %d on %s, want 2 and 2", a.Stats().Open, a.Addr(), b.Stats().Open, b.Addr())
+	}
+	e.DNS().SetRoundRobin(false)
+	if got := landed(); got != a.Addr() {
+		t.Fatalf("round-robin off: landed on %s", got)
+	}
+}
+
+// TestTwoEndpointsMovingAtOnce: two nodes of two databases move at the same
+// time, both with a null endpoint and DNS following after the windows' end;
+// each keeps its own seq, window, close and DNS change.
+func TestTwoEndpointsMovingAtOnce(t *testing.T) {
+	e := newEmu(t, Config{})
+	type db struct {
+		host     string
+		old, nw  *Endpoint
+		addr     string
+		opted    *rawClient
+		idle     *rawClient
+		seq      int64
+		dnsMoved Event
+	}
+	old1, new1 := pairEndpoints(t, e)
+	var old2, new2 *Endpoint
+	for i := 0; i < 20 && new2 == nil; i++ {
+		old2 = addEndpoint(t, e, "127.0.0.4:0")
+		var err error
+		if new2, err = e.AddEndpoint("127.0.0.5:" + old2.Port()); err != nil {
+			old2.RefuseNew(true)
+			new2 = nil
+		}
+	}
+	if new2 == nil {
+		t.Fatal("no port free on both 127.0.0.4 and 127.0.0.5")
+	}
+	dbs := []*db{{host: "one.test", old: old1, nw: new1}, {host: "two.test", old: old2, nw: new2}}
+	for _, d := range dbs {
+		e.DNS().Set(d.host, d.old.IP())
+		d.addr = d.host + ":" + d.old.Port()
+		var err error
+		if d.opted, err = dialVia(t, e, d.addr); err != nil {
+			t.Fatal(err)
+		}
+		d.opted.hello3()
+		d.opted.optIn("internal-ip")
+		if d.idle, err = dialVia(t, e, d.addr); err != nil {
+			t.Fatal(err)
+		}
+		if r := d.idle.do("SET", d.host, "v"); r != "+OK\r\n" {
+			t.Fatal(r)
+		}
+	}
+
+	const window, lag = 300 * time.Millisecond, 600 * time.Millisecond
+	start := time.Now()
+	for _, d := range dbs {
+		d.seq = d.old.Moving(Moving{Window: window, To: d.nw, Null: true, StopAccepting: true, DNSHost: d.host, DNSLag: lag})
+	}
+	if dbs[0].seq == dbs[1].seq {
+		t.Fatalf("both MOVINGs got seq %d", dbs[0].seq)
+	}
+	for _, d := range dbs {
+		d.opted.expect(string(resp.AppendMoving(nil, d.seq, 1, "", true)))
+	}
+	for _, d := range dbs {
+		ev := waitEvent(t, e, IsKind(d.old, KindWindowEndClose))
+		if ev.Seq != d.seq || ev.Detail != "closed=2 owed=0" || ev.At.Sub(start) < window {
+			t.Fatalf("%s window end %v (%v after the MOVINGs)", d.old.Addr(), ev, ev.At.Sub(start))
+		}
+		if s := d.old.Stats(); s.ClosedAtWindowEnd != 2 || s.Open != 0 {
+			t.Fatalf("%s stats %+v", d.old.Addr(), s)
+		}
+		for _, c := range []*rawClient{d.opted, d.idle} {
+			if _, err := c.readErr(5 * time.Second); !errors.Is(err, io.EOF) {
+				t.Fatalf("%s: client read after the window's end: %v", d.old.Addr(), err)
+			}
+		}
+		if got := e.DNS().Lookup(d.host); len(got) != 1 || got[0] != d.old.IP() {
+			t.Fatalf("%s: DNS moved before its lag: %v", d.host, got)
+		}
+	}
+	for _, d := range dbs {
+		d.dnsMoved = waitEvent(t, e, func(ev Event) bool { return ev.Kind == KindDNS && ev.Detail == d.host+" -> "+d.nw.IP() })
+		if el := d.dnsMoved.At.Sub(start); el < lag {
+			t.Fatalf("%s: DNS moved %v after the MOVING, before its lag %v", d.host, el, lag)
+		}
+		c, err := dialVia(t, e, d.addr)
+		if err != nil {
+			t.Fatalf("%s after DNS moved: %v", d.host, err)
+		}
+		if r := c.do("GET", d.host); r != "$1\r\nv\r\n" {
+			t.Fatalf("%s: GET on the new node: %q", d.host, r)
+		}
+		if s := d.nw.Stats(); s.Opened != 1 || s.Served != 1 {
+			t.Fatalf("%s stats %+v", d.nw.Addr(), s)
+		}
+	}
 }

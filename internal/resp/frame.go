@@ -6,20 +6,39 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 )
 
-// Limits enforced by every reader in this package. A frame that exceeds one
-// of them is treated as malformed rather than buffered or followed.
+// Limits of client commands. ReadCommand enforces them as a Redis server
+// does for what its clients send. The readers of replies (ReadFrame, the
+// Stripper, the push parsers) do not: a reply is as large as the server
+// makes it (see ReadFrame); they only keep MaxBulkLen for simple lines and
+// MaxDepth.
 const (
-	// MaxBulkLen is the largest accepted blob length ($, =, !) and the
-	// largest accepted body of a simple line (+, -, :, ...), in bytes.
+	// MaxBulkLen is the largest accepted blob length ($, =, !) of a command
+	// argument (Redis's proto-max-bulk-len default) and the largest accepted
+	// body of a simple line (+, -, :, ...), in bytes, in commands and replies.
 	MaxBulkLen = 512 << 20
 	// MaxAggregateLen is the largest accepted element count of an
-	// aggregate; for maps and attributes it counts entries (key/value pairs).
+	// aggregate in a command; for maps and attributes it counts entries
+	// (key/value pairs).
 	MaxAggregateLen = 1 << 20
 	// MaxDepth is the deepest accepted nesting of aggregates (a flat
-	// array has depth 1).
+	// array has depth 1), in commands and replies.
 	MaxDepth = 64
+)
+
+// maxReplyLen is the largest blob length or element count accepted in a
+// reply: whatever a length field of maxLenDigits digits can say, as long as
+// the blob's length plus its CRLF fits in an int.
+const maxReplyLen int64 = min(math.MaxInt-2, 9_999_999_999)
+
+// limits are the largest blob length and element count a framer accepts.
+type limits struct{ blob, count int64 }
+
+var (
+	commandLimits = limits{blob: MaxBulkLen, count: MaxAggregateLen}
+	replyLimits   = limits{blob: maxReplyLen, count: maxReplyLen}
 )
 
 // maxLenDigits bounds the number of digits of a length or count field; it
@@ -50,12 +69,16 @@ var typeClass = [256]uint8{
 // the type byte t.
 func nullable(t byte) bool { return t == '$' || t == '*' }
 
-// limitFor returns the largest length or count accepted for type byte t.
-func limitFor(t byte) int64 {
+// limitFor returns the largest length or count of a reply accepted for
+// type byte t (the Stripper's limit).
+func limitFor(t byte) int64 { return replyLimits.of(t) }
+
+// of returns the largest length or count accepted for type byte t.
+func (l limits) of(t byte) int64 {
 	if typeClass[t] == clBlob {
-		return MaxBulkLen
+		return l.blob
 	}
-	return MaxAggregateLen
+	return l.count
 }
 
 func malformed(format string, args ...any) error {
@@ -71,9 +94,16 @@ func errBadType(b byte) error {
 }
 
 // parseLen parses the length or count field of a blob or aggregate header
-// (the bytes between the type byte and the CR). It returns -1 for a RESP2
+// (the bytes between the type byte and the CR) under the reply limits, as
+// the Stripper, the push parsers and CommandName (whose input ReadCommand
+// has already held to the command limits) need. It returns -1 for a RESP2
 // null. The rules are the same as the incremental ones in Stripper.
 func parseLen(t byte, body []byte) (int64, error) {
+	return parseLenMax(t, body, replyLimits)
+}
+
+// parseLenMax is parseLen under the limits lim.
+func parseLenMax(t byte, body []byte, lim limits) (int64, error) {
 	if len(body) == 2 && body[0] == '-' && body[1] == '1' && nullable(t) {
 		return -1, nil
 	}
@@ -87,8 +117,8 @@ func parseLen(t byte, body []byte) (int64, error) {
 		}
 		n = n*10 + int64(c-'0')
 	}
-	if n > limitFor(t) {
-		return 0, malformed("length %d for type %q exceeds limit %d", n, t, limitFor(t))
+	if max := lim.of(t); n > max {
+		return 0, malformed("length %d for type %q exceeds limit %d", n, t, max)
 	}
 	return n, nil
 }
@@ -147,6 +177,14 @@ func readLineRest(r *bufio.Reader, dst []byte, max int) ([]byte, []byte, error) 
 // "$-1" and "*-1" (RESP2 nulls) are accepted. Streamed types (a '?' length)
 // are rejected.
 //
+// ReadFrame frames replies, which are as large as the server makes them: it
+// accepts any blob length and element count a 10-digit length field can
+// say (an LRANGE of millions of elements, a value larger than 512 MB from a
+// server configured for it), and grows dst only as bytes actually arrive,
+// so a lying length costs no memory up front. Simple lines are limited to
+// MaxBulkLen bytes and nesting to MaxDepth. Client commands are read with
+// ReadCommand, which keeps a server's limits.
+//
 // An attribute ('|') at top level is returned as a frame of its own: the
 // value it annotates is returned by the next call. An attribute nested in an
 // aggregate is part of that aggregate and does not count as one of its
@@ -160,6 +198,11 @@ func readLineRest(r *bufio.Reader, dst []byte, max int) ([]byte, []byte, error) 
 // wrapping ErrMalformed for a framing error; and other read errors wrapped.
 // On error dst is returned with the bytes consumed so far appended.
 func ReadFrame(r *bufio.Reader, dst []byte) ([]byte, error) {
+	return readFrame(r, dst, replyLimits)
+}
+
+// readFrame is ReadFrame under the limits lim.
+func readFrame(r *bufio.Reader, dst []byte, lim limits) ([]byte, error) {
 	var nst nesting
 	started := false
 	for {
@@ -185,7 +228,7 @@ func ReadFrame(r *bufio.Reader, dst []byte) ([]byte, error) {
 		isAttr := false
 		switch cl {
 		case clBlob:
-			n, err := parseLen(t, body)
+			n, err := parseLenMax(t, body, lim)
 			if err != nil {
 				return dst, err
 			}
@@ -199,7 +242,7 @@ func ReadFrame(r *bufio.Reader, dst []byte) ([]byte, error) {
 				}
 			}
 		case clArray, clMap:
-			n, err := parseLen(t, body)
+			n, err := parseLenMax(t, body, lim)
 			if err != nil {
 				return dst, err
 			}
@@ -290,17 +333,21 @@ func readN(r *bufio.Reader, dst []byte, n int) ([]byte, error) {
 const MaxInlineLen = 64 << 10
 
 // ReadCommand reads one client command from r and appends its raw bytes to
-// dst. A command that starts with '*' is a RESP array and is read with
-// ReadFrame; anything else is an inline command (as typed into telnet or
-// nc): one line up to and including its LF, at most MaxInlineLen bytes.
-// Pass the result to CommandName. Errors are those of ReadFrame.
+// dst. A command that starts with '*' is a RESP array, framed as ReadFrame
+// does but under the limits a Redis server applies to its clients: blobs of
+// at most MaxBulkLen bytes (proto-max-bulk-len's default), aggregates of at
+// most MaxAggregateLen elements (a real server accepts up to 2^31-1
+// arguments; an emulator needs fewer), nesting up to MaxDepth. Anything else
+// is an inline command (as typed into telnet or nc): one line up to and
+// including its LF, at most MaxInlineLen bytes. Pass the result to
+// CommandName. Errors are those of ReadFrame.
 func ReadCommand(r *bufio.Reader, dst []byte) ([]byte, error) {
 	b, err := r.Peek(1)
 	if err != nil {
 		return dst, readErr(err, false)
 	}
 	if b[0] == '*' {
-		return ReadFrame(r, dst)
+		return readFrame(r, dst, commandLimits)
 	}
 	start := len(dst)
 	for {
