@@ -24,6 +24,26 @@ type dialFunc = func(ctx context.Context, network, addr string) (net.Conn, error
 // wrapped once, for the configured address.
 type dialKey struct{}
 
+// dialCtx is the value under dialKey: the Maint whose dial path is under
+// way, and what an inner layer of the same Maint (Configure's dialer)
+// knows of the client's connections, handed out to the outer one.
+type dialCtx struct {
+	m *Maint
+	o dialOpts
+}
+
+// innerDial reports whether ctx's dial is already under way through m's
+// dial path, and hands m's layer the options o.
+func (m *Maint) innerDial(ctx context.Context, o dialOpts) bool {
+	dc, ok := ctx.Value(dialKey{}).(*dialCtx)
+	if !ok || dc.m != m {
+		return false
+	}
+	dc.o.tls = dc.o.tls || o.tls
+	dc.o.inject = dc.o.inject || o.inject
+	return true
+}
+
 // dialVia returns the dial path through the Maint: route (a successor pin),
 // dial, check the successor's TLS identity, judge the new connection against
 // every handoff in progress, and wrap it.
@@ -38,20 +58,23 @@ type dialOpts struct {
 // dialWith is dialVia with what the options route knows.
 func (m *Maint) dialWith(next dialFunc, o dialOpts) dialFunc {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if m.stopped.Load() || ctx.Value(dialKey{}) == m {
+		if m.stopped.Load() || m.innerDial(ctx, o) {
 			return next(ctx, network, addr)
 		}
 		t := m.target(addr)
 		t.next.Store(&next)
-		if o.tls && !t.tlsOn.Load() {
-			t.tlsOn.Store(true)
-		}
-		ctx = context.WithValue(ctx, dialKey{}, m)
+
+		dc := &dialCtx{m: m, o: o}
+		ctx = context.WithValue(ctx, dialKey{}, dc)
 		quick := 0 // immediate retries after a doomed landing while a replacement can be had
 		for {
 			dialAddr, via := t.route(time.Now())
 			pinned := via != nil
 			raw, err := next(ctx, network, dialAddr)
+			opts := dc.o // with what an inner layer knows
+			if opts.tls && !t.tlsOn.Load() {
+				t.tlsOn.Store(true)
+			}
 			if err != nil {
 				if pinned && !time.Now().Before(via.window) && t.pin.CompareAndSwap(via, nil) {
 					continue // past its window, a successor that does not answer is not worth keeping
@@ -109,8 +132,8 @@ func (m *Maint) dialWith(next dialFunc, o dialOpts) dialFunc {
 				}
 			}
 			c := m.wrap(t, raw, remote)
-			if o.inject {
-				c.prepareHandshake(ctx, o.tls)
+			if opts.inject {
+				c.prepareHandshake(ctx, opts.tls)
 			}
 			return c, nil
 		}

@@ -373,7 +373,7 @@ func (r *run) probeRemote() string {
 	}
 	ctx, cancel := context.WithTimeout(r.m.ctx, time.Second)
 	defer cancel()
-	ctx = context.WithValue(ctx, dialKey{}, r.m)
+	ctx = context.WithValue(ctx, dialKey{}, &dialCtx{m: r.m})
 	raw, err := (*nextp)(ctx, "tcp", r.t.addr)
 	if err != nil {
 		return ""
@@ -481,7 +481,7 @@ func (r *run) apply(act handoff.Action) {
 		m.emit(Event{Kind: EventRelease, Node: r.n.key, Seq: r.seq})
 	}
 	if act.Has(handoff.CloseRemaining) {
-		closed, blocking, owed := m.closeRetired(r.n)
+		closed, blocking, owed := m.closeRetired(r.n, false)
 		m.emit(Event{Kind: EventDrainCap, Node: r.n.key, Seq: r.seq, Count: closed,
 			Detail: fmt.Sprintf("with a blocking command in flight %d; left open, a reply owed %d", blocking, owed)})
 	}
@@ -489,7 +489,7 @@ func (r *run) apply(act handoff.Action) {
 		if retired, _ := r.h.Retired(); retired && !r.superseded() {
 			// Connections left open at the cap for a reply that has come
 			// since: idle now, closed before the server closes them.
-			m.closeRetired(r.n)
+			m.closeRetired(r.n, true)
 		}
 		if h := r.hold.Load(); h != nil {
 			m.releaseHold(h)

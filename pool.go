@@ -220,7 +220,7 @@ func (m *Maint) refuses(holding bool) bool { return !holding || !m.hooked.Load()
 // handoff's end closes it) or the server closes it. It returns how many it
 // closed, how many of those had a blocking command in flight, and how many
 // it left because a reply was owed.
-func (m *Maint) closeRetired(n *node) (closed, blocking, owed int) {
+func (m *Maint) closeRetired(n *node, final bool) (closed, blocking, owed int) {
 	for _, c := range n.snapshot() {
 		if !c.draining() {
 			continue
@@ -236,6 +236,9 @@ func (m *Maint) closeRetired(n *node) (closed, blocking, owed int) {
 				blocking++
 			}
 		}
+	}
+	if final {
+		return closed, blocking, owed // the connections left at the cap, idle since
 	}
 	m.c.closedAtCap.Add(uint64(closed))
 	m.c.busyAtCap.Add(uint64(blocking))
