@@ -62,11 +62,11 @@ const (
 // Stripper removes selected push frames from a RESP3 reply stream.
 //
 // It parses the stream incrementally, as it arrives in arbitrary chunks,
-// and never buffers replies: bytes of non-stripped frames are passed on as
-// soon as they are read, except the first bytes of a push whose name is not
-// complete yet (at most about 110 bytes), which are held back until the name
-// decides. Blob payloads are skipped by length, not scanned. In steady state
-// it does not allocate.
+// and never buffers replies (but the one DropReply removes): bytes of
+// frames it keeps are passed on as soon as they are read, except the first
+// bytes of a push whose name is not complete yet (at most 110 bytes), which
+// are held back until the name decides. Blob payloads are skipped by
+// length, not scanned. In steady state it does not allocate.
 //
 // Every well-framed RESP3 stream is followed, whatever its sizes: aggregates
 // of any element count and nesting depth, blobs and simple lines of any
@@ -135,8 +135,9 @@ type Stripper struct {
 	// top-level value itself is being read and between frames. An
 	// aggregate adds its elements (minus itself), a nested attribute all
 	// of its elements (it is not an element of its parent), a complete
-	// value subtracts one. It saturates at math.MaxUint64, which no stream
-	// can then count down.
+	// value subtracts one. It saturates at math.MaxUint64: such a frame
+	// would need more than 2^64 further values (over 50 EB) to end, so
+	// framing stays exact for any real stream.
 	want uint64
 
 	// dropIn is 0, or 1 + the number of replies to complete before the
