@@ -62,11 +62,11 @@ const (
 // Stripper removes selected push frames from a RESP3 reply stream.
 //
 // It parses the stream incrementally, as it arrives in arbitrary chunks,
-// and never buffers replies: bytes of non-stripped frames are passed on as
-// soon as they are read, except the first bytes of a push whose name is not
-// complete yet (at most about 110 bytes), which are held back until the name
-// decides. Blob payloads are skipped by length, not scanned. In steady state
-// it does not allocate.
+// and never buffers replies (but the one DropReply removes): bytes of
+// frames it keeps are passed on as soon as they are read, except the first
+// bytes of a push whose name is not complete yet (at most 110 bytes), which
+// are held back until the name decides. Blob payloads are skipped by
+// length, not scanned. In steady state it does not allocate.
 //
 // Every well-framed RESP3 stream is followed, whatever its sizes: aggregates
 // of any element count and nesting depth, blobs and simple lines of any
@@ -135,8 +135,9 @@ type Stripper struct {
 	// top-level value itself is being read and between frames. An
 	// aggregate adds its elements (minus itself), a nested attribute all
 	// of its elements (it is not an element of its parent), a complete
-	// value subtracts one. It saturates at math.MaxUint64, which no stream
-	// can then count down.
+	// value subtracts one. It saturates at math.MaxUint64: such a frame
+	// would need more than 2^64 further values (over 50 EB) to end, so
+	// framing stays exact for any real stream.
 	want uint64
 
 	// dropIn is 0, or 1 + the number of replies to complete before the
@@ -381,6 +382,10 @@ func (s *Stripper) scan(buf []byte) int {
 					body := buf[i+1 : cr]
 					i = cr + 2
 					if cl == clLine {
+						if s.want > 1 {
+							s.want-- // s.done, inlined for the common case
+							continue
+						}
 						s.done(buf, i)
 						continue
 					}
@@ -393,6 +398,10 @@ func (s *Stripper) scan(buf []byte) int {
 						i += int(n) + 2
 						if buf[i-2] != '\r' || buf[i-1] != '\n' {
 							return s.fail(buf, malformed("blob not followed by CRLF"))
+						}
+						if s.want > 1 {
+							s.want--
+							continue
 						}
 						s.done(buf, i)
 						continue
@@ -547,36 +556,37 @@ func lineEnd(buf []byte, from int, cl uint8) int {
 // Stripper's rules: up to lenDigits digits and at most math.MaxInt64, or
 // -1 (a RESP2 null) for the types that allow it.
 func parseLength(t byte, body []byte) (int64, error) {
-	if len(body) == 2 && body[0] == '-' && body[1] == '1' && nullable(t) {
-		return -1, nil
-	}
 	if len(body) == 0 || len(body) > lenDigits {
-		if len(body) > lenDigits && allDigits(body) {
-			return 0, errTooLong(t)
-		}
-		return 0, malformed("bad length %q for type %q", body, t)
+		return 0, errBadLength(t, body)
 	}
-	var n int64
+	var n uint64 // 19 digits fit a uint64
 	for _, c := range body {
-		if c < '0' || c > '9' {
-			return 0, malformed("bad length %q for type %q", body, t)
+		d := c - '0'
+		if d > 9 {
+			if len(body) == 2 && body[0] == '-' && body[1] == '1' && nullable(t) {
+				return -1, nil
+			}
+			return 0, errBadLength(t, body)
 		}
-		d := int64(c - '0')
-		if n > (math.MaxInt64-d)/10 {
-			return 0, errTooLong(t)
-		}
-		n = n*10 + d
+		n = n*10 + uint64(d)
 	}
-	return n, nil
+	if n > math.MaxInt64 {
+		return 0, errTooLong(t)
+	}
+	return int64(n), nil
 }
 
-func allDigits(b []byte) bool {
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return false
+// errBadLength describes a length field that is not 1 to lenDigits digits.
+func errBadLength(t byte, body []byte) error {
+	if len(body) > lenDigits {
+		for _, c := range body {
+			if c < '0' || c > '9' {
+				return malformed("bad length %q for type %q", body, t)
+			}
 		}
+		return errTooLong(t)
 	}
-	return true
+	return malformed("bad length %q for type %q", body, t)
 }
 
 func errTooLong(t byte) error {
