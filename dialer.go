@@ -379,8 +379,10 @@ func (c *conn) readErr(err error) error {
 	return err
 }
 
-// Write writes p. It does not parse it: the reply side tells what the
-// server still owes well enough, and the write path stays a pass-through.
+// Write writes p, counting its commands first (resp.Written reads their
+// headers and steps over payloads), so that what the server owes is never
+// under-counted; behind go-redis's first command on the options route it
+// writes maint's opt-in (handshake.go).
 func (c *conn) Write(p []byte) (int, error) {
 	c.checking.Store(false)
 	if k := c.wr.Feed(p); k > 0 {

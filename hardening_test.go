@@ -561,3 +561,36 @@ func TestClosableAtTheCap(t *testing.T) {
 		})
 	}
 }
+
+// Item 10: while a replacement can be had (DNS names several nodes, one of
+// them retiring), a dial that lands on the retiring node is redialled at
+// once instead of waiting a probe interval.
+func TestDoomedLandingWhileDrainingRedialsAtOnce(t *testing.T) {
+	m := New(WithLogf(t.Logf))
+	defer m.Close()
+	const A, C = "127.0.0.2:6379", "127.0.0.4:6379"
+	d := &fakeDialer{remotes: []string{A}}
+	dial := m.dialVia(d.dial)
+	ctx := context.Background()
+	ca, err := dial(ctx, "tcp", "redis.test:6379")
+	require.NoError(t, err)
+	ca.(*conn).onNotification(resp.AppendMoving(nil, 1, 30, "", true))
+	r := ca.(*conn).n.run.Load()
+	require.NotNil(t, r)
+	d.mu.Lock()
+	d.remotes = []string{C}
+	d.mu.Unlock()
+	_, err = dial(ctx, "tcp", "redis.test:6379") // DNS names another node too
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return r.h.Phase() == handoff.Draining }, 5*time.Second, time.Millisecond)
+
+	d.mu.Lock()
+	d.remotes = []string{A, A, C} // round robin lands on the retiring node first
+	d.mu.Unlock()
+	start := time.Now()
+	c, err := dial(ctx, "tcp", "redis.test:6379")
+	require.NoError(t, err)
+	assert.Equal(t, C, c.(*conn).remote)
+	assert.EqualValues(t, 2, m.Stats().Doomed)
+	assert.Less(t, time.Since(start), 500*time.Millisecond, "no probe interval (1s for a 30s window) waited")
+}

@@ -1,0 +1,94 @@
+package maint_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+
+	"github.com/maintkit/maint"
+	"github.com/maintkit/maint/mainttest"
+)
+
+// openLoad starts commands on a fixed schedule, whatever is in flight (as
+// users' traffic does), bounded only by maxInFlight.
+type openLoad struct {
+	ok, failed, notStarted atomic.Int64
+	mu                     sync.Mutex
+	errs                   map[string]int
+	stopc                  chan struct{}
+	wg                     sync.WaitGroup
+}
+
+func startOpenLoad(rdb *redis.Client, rate, maxInFlight int) *openLoad {
+	l := &openLoad{errs: map[string]int{}, stopc: make(chan struct{})}
+	sem := make(chan struct{}, maxInFlight)
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		every := time.Second / time.Duration(rate)
+		next := time.Now()
+		for i := 0; ; i++ {
+			select {
+			case <-l.stopc:
+				return
+			case <-time.After(time.Until(next)):
+			}
+			next = next.Add(every)
+			select {
+			case sem <- struct{}{}:
+			default:
+				l.notStarted.Add(1)
+				continue
+			}
+			l.wg.Add(1)
+			go func(i int) {
+				defer l.wg.Done()
+				defer func() { <-sem }()
+				err := rdb.Set(context.Background(), "open:"+string(rune('a'+i%26)), i, 0).Err()
+				if err != nil && !errors.Is(err, redis.Nil) {
+					l.failed.Add(1)
+					l.mu.Lock()
+					l.errs[err.Error()]++
+					l.mu.Unlock()
+					return
+				}
+				l.ok.Add(1)
+			}(i)
+		}
+	}()
+	return l
+}
+
+func (l *openLoad) stop() { close(l.stopc); l.wg.Wait() }
+
+// Item 21: under open-loop load, the commands held while DNS lags the
+// window are all released at once onto a pool of 16, with go-redis's
+// default pool timeout: none fails.
+func TestHeldBurstReleasedOntoASmallPool(t *testing.T) {
+	e := newEnv(t)
+	opt := e.options(16)
+	opt.ReadTimeout = time.Second // PoolTimeout: ReadTimeout + 1s, go-redis's default
+	opt.WriteTimeout = time.Second
+	rdb, m, ev := e.client(routes[1], opt)
+	l := startOpenLoad(rdb, 2000, 8192)
+	waitFor(t, "load", 10*time.Second, func() bool { return e.old.Stats().Served > 500 })
+	window := 2 * time.Second
+	e.old.Moving(mainttest.Moving{Window: window, To: e.new, Null: true, StopAccepting: true,
+		DNSHost: host, DNSLag: window + 500*time.Millisecond})
+	e.waitEvent(e.old, mainttest.KindWindowEndClose, window+10*time.Second)
+	waitFor(t, "load on the new node", 15*time.Second, func() bool { return e.new.Stats().Served > 1000 })
+	l.stop()
+	t.Logf("ok=%d failed=%d not started=%d held=%d; errors %v; events:\n%s",
+		l.ok.Load(), l.failed.Load(), l.notStarted.Load(), m.Stats().Held, l.errs, ev)
+	assert.Zero(t, l.failed.Load(), "failed: %v", l.errs)
+	assert.Zero(t, l.notStarted.Load())
+	assert.Greater(t, m.Stats().Held, uint64(500), "a burst of held commands, released at once")
+	_, released := ev.first(maint.EventRelease)
+	assert.True(t, released)
+}
