@@ -2,9 +2,7 @@ package maint_test
 
 import (
 	"context"
-	"fmt"
 	"net"
-	"strings"
 	"sync"
 	"testing"
 
@@ -70,14 +68,9 @@ func (hider) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPi
 // can no longer be refused to the pool) is detected and said once.
 func TestHiddenHealthCheckIsSaidOnce(t *testing.T) {
 	e := newEnv(t)
-	var mu sync.Mutex
-	var lines []string
+	logs := &logLines{}
 	ev := &eventLog{}
-	m := maint.New(maint.WithOnEvent(ev.add), maint.WithLogf(func(f string, a ...any) {
-		mu.Lock()
-		lines = append(lines, fmt.Sprintf(f, a...))
-		mu.Unlock()
-	}))
+	m := maint.New(maint.WithOnEvent(ev.add), maint.WithLogf(logs.logf))
 	defer m.Close()
 	rdb := redis.NewClient(e.options(2))
 	defer rdb.Close()
@@ -86,15 +79,7 @@ func TestHiddenHealthCheckIsSaidOnce(t *testing.T) {
 	for i := 0; i < 1500; i++ {
 		require.NoError(t, rdb.Ping(context.Background()).Err())
 	}
-	n := 0
-	mu.Lock()
-	for _, l := range lines {
-		if strings.Contains(l, "SyscallConn") {
-			n++
-		}
-	}
-	mu.Unlock()
-	assert.Equal(t, 1, n, "said once")
+	assert.Equal(t, 1, logs.count("SyscallConn"), "said once")
 	_, ok := ev.first(maint.EventMisuse)
 	assert.True(t, ok)
 }

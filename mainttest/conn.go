@@ -50,13 +50,14 @@ type conn struct {
 	everIn  bool   // counted in Stats.OptedIn
 	epType  string // requested moving-endpoint-type, lower case ("" = bare ON)
 
-	outQ          []entry   // replies owed, in order
-	fwdQ          []fwdItem // commands read, not yet relayed
-	pushes        []byte    // injected push frames not tied to a local reply
-	bout          [][]byte  // backend frames not yet written
-	bEOF          bool      // the backend connection ended
-	closeAfter    bool      // close once every owed reply is written (protocol error, AnswerClose)
-	closeWhy      string    // the reason closeAfter gives
+	outQ          []entry     // replies owed, in order
+	fwdQ          []fwdItem   // commands read, not yet relayed
+	pushes        []byte      // injected push frames not tied to a local reply
+	bout          [][]byte    // backend frames not yet written
+	replyAt       []time.Time // with latency after execution: when each relayed command's reply may go
+	bEOF          bool        // the backend connection ended
+	closeAfter    bool        // close once every owed reply is written (protocol error, AnswerClose)
+	closeWhy      string      // the reason closeAfter gives
 	backendErrMsg string
 }
 
@@ -311,7 +312,11 @@ func (c *conn) forwardLoop(bw *bufio.Writer) {
 		more := len(c.fwdQ) > 0
 		c.mu.Unlock()
 
-		if lat := c.ep.latencyFor(it.name); lat > 0 {
+		if c.ep.latencyAfterExecution() {
+			c.mu.Lock()
+			c.replyAt = append(c.replyAt, time.Now().Add(c.ep.latencyFor(it.name)))
+			c.mu.Unlock()
+		} else if lat := c.ep.latencyFor(it.name); lat > 0 {
 			if bw.Flush() != nil {
 				c.shutdown("backend", false)
 				return
@@ -418,6 +423,21 @@ func (c *conn) backendLoop(br *bufio.Reader) {
 	for {
 		f, err := resp.ReadFrame(br, nil)
 		c.mu.Lock()
+		if err == nil && len(c.replyAt) > 0 && len(f) > 0 && f[0] != '>' {
+			at := c.replyAt[0]
+			c.replyAt = c.replyAt[1:]
+			if d := time.Until(at); d > 0 {
+				c.mu.Unlock()
+				t := time.NewTimer(d)
+				select {
+				case <-t.C:
+				case <-c.ctx.Done():
+					t.Stop()
+					return
+				}
+				c.mu.Lock()
+			}
+		}
 		if err != nil {
 			c.bEOF = true
 			if !c.closed && !errors.Is(err, net.ErrClosed) {

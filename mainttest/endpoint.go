@@ -37,6 +37,9 @@ type Endpoint struct {
 	latency      time.Duration
 	cmdLatency   map[string]time.Duration
 	maintLatency time.Duration
+	// latencyAfter applies latency to replies, after the backend executed
+	// the command, instead of before relaying it (SetLatencyAfterExecution).
+	latencyAfter bool
 
 	migrating   *maintOp // open MIGRATING, nil when none
 	failingOver *maintOp // open FAILING_OVER, nil when none
@@ -228,6 +231,26 @@ func (ep *Endpoint) SetMaintLatency(d time.Duration) {
 	ep.mu.Lock()
 	ep.maintLatency = d
 	ep.mu.Unlock()
+}
+
+// SetLatencyAfterExecution chooses where the endpoint's latency
+// (SetLatency, SetCommandLatency, SetMaintLatency) applies: false (the
+// default) delays each command before it is relayed to the backend, so a
+// client that gives up on it leaves it unexecuted; true relays it at once and
+// delays its reply, so the command has run when the client gives up: what a
+// server slowed by a migration may do, and what shows a client that retries
+// such a command running a write twice.
+func (ep *Endpoint) SetLatencyAfterExecution(after bool) {
+	ep.mu.Lock()
+	ep.latencyAfter = after
+	ep.mu.Unlock()
+}
+
+// latencyAfterExecution reports whether latency applies to replies.
+func (ep *Endpoint) latencyAfterExecution() bool {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return ep.latencyAfter
 }
 
 // latencyFor returns the delay to apply before relaying command name
