@@ -45,7 +45,10 @@ func TestNamedSuccessor(t *testing.T) {
 		{ms: 1000, want: 0, phase: Draining},
 		{ms: 1500, want: CloseRemaining, phase: Draining},
 		{ms: 2999, want: 0, phase: Draining},
-		{ms: 3000, want: Finish, phase: Done},
+		// The window's end plus the close grace (3s/8 = 375ms): a landing on
+		// the old node until then would be cut by the server's close.
+		{ms: 3374, want: 0, phase: Draining},
+		{ms: 3375, want: Finish, phase: Done},
 		{ms: 9000, want: 0, phase: Done},
 	})
 }
@@ -58,7 +61,8 @@ func TestNullEndpointDNSMovesInWindow(t *testing.T) {
 		{ms: 1200, replacement: true, want: Retire, phase: Draining},
 		{ms: 1300, replacement: true, want: 0, phase: Draining},
 		{ms: 2200, want: CloseRemaining, phase: Draining},
-		{ms: 3000, want: Finish, phase: Done},
+		{ms: 3000, want: 0, phase: Draining},
+		{ms: 3375, want: Finish, phase: Done},
 	})
 }
 
@@ -99,8 +103,23 @@ func TestFixedAddressHandsOffAtLastCall(t *testing.T) {
 	if got := h.Tick(at(3900)); got != CloseRemaining {
 		t.Fatalf("cap: %v", got)
 	}
-	if got := h.Tick(at(4000)); got != Finish {
-		t.Fatalf("window end: %v", got)
+	if got := h.Tick(at(4000)); got != 0 {
+		t.Fatalf("window end: %v, want none before the close grace", got)
+	}
+	if got := h.Tick(at(4500)); got != Finish {
+		t.Fatalf("window end plus the close grace: %v", got)
+	}
+}
+
+func TestCloseGrace(t *testing.T) {
+	for _, c := range []struct{ window, want time.Duration }{
+		{0, 100 * time.Millisecond},
+		{2 * time.Second, 250 * time.Millisecond},
+		{15 * time.Second, time.Second},
+	} {
+		if got := CloseGrace(c.window); got != c.want {
+			t.Errorf("CloseGrace(%v) = %v, want %v", c.window, got, c.want)
+		}
 	}
 }
 
