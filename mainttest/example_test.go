@@ -76,3 +76,84 @@ func Example() {
 	// old endpoint: window_end_close
 	// GET after the window: hello
 }
+
+// ExampleEndpoint_SetHandshake makes a node answer the first two opt-ins
+// with -LOADING, then like Redis Enterprise.
+func ExampleEndpoint_SetHandshake() {
+	emu, err := mainttest.New(mainttest.Config{})
+	if err != nil {
+		panic(err)
+	}
+	defer emu.Close()
+	ep, err := emu.AddEndpoint("127.0.0.2:0")
+	if err != nil {
+		panic(err)
+	}
+	ep.SetHandshake(mainttest.Handshake{
+		Answer: mainttest.AnswerError,
+		Error:  "LOADING Redis is loading the dataset in memory",
+		Times:  2,
+	})
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		client := redis.NewClient(&redis.Options{
+			Addr: ep.Addr(), Protocol: 3, MaxRetries: -1,
+			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+			OnConnect: func(ctx context.Context, cn *redis.Conn) error {
+				err := cn.Do(ctx, "CLIENT", "MAINT_NOTIFICATIONS", "ON").Err()
+				fmt.Println("opt-in:", err)
+				return nil
+			},
+		})
+		client.Ping(ctx)
+		client.Close()
+	}
+	s := ep.Stats()
+	fmt.Println("handshakes:", s.Handshakes, "opted in:", s.OptedIn)
+
+	// Output:
+	// opt-in: LOADING Redis is loading the dataset in memory
+	// opt-in: LOADING Redis is loading the dataset in memory
+	// opt-in: <nil>
+	// handshakes: 3 opted in: 1
+}
+
+// ExampleDNS_SetRoundRobin puts two nodes behind one name and spreads
+// successive dials over them.
+func ExampleDNS_SetRoundRobin() {
+	emu, err := mainttest.New(mainttest.Config{})
+	if err != nil {
+		panic(err)
+	}
+	defer emu.Close()
+	// Two nodes on one port, as one name with two addresses needs.
+	var a, b *mainttest.Endpoint
+	for i := 0; b == nil; i++ {
+		if i == 20 {
+			panic(err)
+		}
+		if a, err = emu.AddEndpoint("127.0.0.2:0"); err != nil {
+			panic(err)
+		}
+		if b, err = emu.AddEndpoint("127.0.0.3:" + a.Port()); err != nil {
+			a.RefuseNew(true) // port taken on 127.0.0.3: try another
+		}
+	}
+	emu.DNS().Set("db.example", a.IP(), b.IP())
+	emu.DNS().SetRoundRobin(true)
+	dial := emu.Dialer()
+	for i := 0; i < 4; i++ {
+		c, err := dial(context.Background(), "tcp", "db.example:"+a.Port())
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(c.RemoteAddr().String() == a.Addr())
+		c.Close()
+	}
+
+	// Output:
+	// true
+	// false
+	// true
+	// false
+}
