@@ -55,14 +55,26 @@ type deadline struct {
 const minRelaxable = int64(75 * time.Millisecond)
 
 // floor returns the deadline asked raised, where maintenance requires it,
-// to at least now plus the relaxed timeout. No deadline stays none:
-// relaxation never shortens a longer or infinite timeout. While nothing is
-// relaxed it costs two atomic loads.
+// to at least now plus the relaxed timeout (now 0: read the clock when
+// needed). No deadline stays none: relaxation never shortens a longer or
+// infinite timeout. While nothing is relaxed it costs two atomic loads and
+// no clock read.
 func (c *conn) floor(asked, now mono) mono {
 	if asked == 0 {
 		return 0
 	}
-	relax := c.draining() || c.n.relaxingAt(now)
+	draining := c.draining()
+	u := c.n.relaxUntil.Load()
+	if !draining && u == 0 {
+		return asked
+	}
+	if now == 0 {
+		now = monoNow()
+	}
+	relax := draining || now < u
+	if !draining && u != 0 && now >= u {
+		c.n.relaxUntil.CompareAndSwap(u, 0) // over: back to the cheap path
+	}
 	if !relax || c.m.s.relaxed < 0 || c.m.stopped.Load() {
 		return asked
 	}
@@ -97,7 +109,7 @@ func (c *conn) setDeadline(t time.Time, read, write bool) error {
 }
 
 func (c *conn) apply(asked mono, read, write bool) error {
-	v := c.floor(asked, monoNow())
+	v := c.floor(asked, 0)
 	switch {
 	case read && write:
 		c.rdl.applied.Store(v)
@@ -153,7 +165,7 @@ func (c *conn) refloorOne(d *deadline, now mono, set func(time.Time) error) {
 		// go-redis set a new deadline meanwhile: its setter saw the new
 		// epoch and applies its own floor; make sure the socket has it.
 		if a := d.asked.Load(); a != 0 {
-			w := c.floor(a, monoNow())
+			w := c.floor(a, 0)
 			d.applied.Store(w)
 			_ = set(fromMono(w))
 		}
