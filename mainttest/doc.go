@@ -105,7 +105,10 @@
 // Endpoint.SetLatency (every command), SetCommandLatency (one command name)
 // and SetMaintLatency (during maintenance) add up and delay each command
 // before it is relayed, so a client sees slow replies and a pipeline sees
-// the delay per command. RefuseNew closes and reopens the listener on the
+// the delay per command. With SetLatencyAfterExecution(true) the command is
+// relayed at once and its reply is delayed instead: a command the client
+// gives up on has run, so a client that retries it runs a write twice, which
+// a verified INCR shows. RefuseNew closes and reopens the listener on the
 // same address; CloseAll closes every connection now. Moving.Window,
 // CloseJitter and DNSLag and the starts-in of MIGRATING and FAILING_OVER set
 // the rest of the timeline.
