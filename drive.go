@@ -125,9 +125,10 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 		probed: make(chan bool, 1)}
 	prev := n.run.Swap(r)
 	m.setRunsLocked(prev, r)
-	if p := t.pin.Load(); p != nil && classify.SameAddr(p.addr, n.key) {
-		t.pin.CompareAndSwap(p, nil) // the successor an earlier MOVING named is moving itself
-	}
+	// A pin to this node (an earlier MOVING named it) is kept: the node
+	// still serves until its own last call, and the configured address may
+	// lead nowhere meanwhile (DNS naming a node that has moved away). A dial
+	// through it that lands here once the node is retired drops it (dialVia).
 	if successor != "" {
 		t.pin.Store(&pin{addr: successor, until: h.Deadline().Add(pinAfterWindow), window: h.Deadline(), gen: gen,
 			fromLocal: isLocalAddr(n.key)})
@@ -351,15 +352,23 @@ func (r *run) advance(now time.Time) handoff.Action {
 
 // probe dials the configured address the way the client's own dial path
 // would (so a custom Dialer's resolution is honoured) and reports whether it
-// landed somewhere other than the retiring node. No command is sent.
+// landed on a replacement: somewhere other than every node being retired
+// (not only this handoff's: in a chained move, DNS may still name the node
+// the previous MOVING retired). No command is sent.
 func (r *run) probe() bool {
 	remote := r.probeRemote()
 	if remote == "" {
 		return false
 	}
-	if classify.Judge(classify.Input{Remote: remote, Retiring: r.n.key, Identifying: true}) == classify.Replacement {
-		r.m.emit(Event{Kind: EventReplacement, Node: r.n.key, Seq: r.seq, Detail: "DNS now names " + remote})
-		return true
+	doomedBy, replaced := r.m.judge(r.t, remote)
+	if doomedBy != nil {
+		return false
+	}
+	for _, x := range replaced {
+		if x == r {
+			r.m.emit(Event{Kind: EventReplacement, Node: r.n.key, Seq: r.seq, Detail: "DNS now names " + remote})
+			return true
+		}
 	}
 	return false
 }
