@@ -53,8 +53,8 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 	)
 	fs.StringVar(&scenarioF, "scenario", "null-dns-late", "scenarios to run, comma-separated: named, null-dns-early, null-dns-late, migrating, blocking, or all")
 	fs.StringVar(&clientsF, "clients", "all", "clients to compare, comma-separated: none (no handler), builtin (go-redis's handler), maint, or all")
-	fs.IntVar(&s.goroutines, "goroutines", 32, "goroutines issuing commands")
-	fs.IntVar(&s.rate, "rate", 2000, "commands per second in all; 0 means as fast as they go")
+	fs.IntVar(&s.goroutines, "goroutines", 4096, "most commands in flight at once, each on its own goroutine; a command due when this many are in flight is not started (and counted so)")
+	fs.IntVar(&s.rate, "rate", 2000, "commands per second, scheduled open loop: each starts on time whatever is in flight")
 	fs.IntVar(&s.pool, "pool", 16, "client pool size (redis.Options.PoolSize)")
 	fs.DurationVar(&s.window, "window", 2*time.Second, "MOVING window, or how long the migration is slow; whole seconds")
 	fs.DurationVar(&s.before, "before", time.Second, "steady load before the event")
@@ -90,8 +90,8 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 		return nil, errors.New("--goroutines must be at least 1")
 	case s.pool < 1:
 		return nil, errors.New("--pool must be at least 1")
-	case s.rate < 0:
-		return nil, errors.New("--rate must not be negative")
+	case s.rate < 1:
+		return nil, errors.New("--rate must be at least 1 (the load is open loop: commands are scheduled at this rate)")
 	case s.window < time.Second || s.window%time.Second != 0:
 		// The wire carries whole seconds: a client told "2" must not see the
 		// close at 1.5s.
@@ -169,12 +169,15 @@ func run(args []string, stdout io.Writer, stderr *os.File) int {
 	} else {
 		printSummary(stdout, rep)
 	}
-	if s.check && rep.MaintFailed > 0 {
-		fmt.Fprintf(stderr, "maintdemo: check failed: maint failed %d commands\n", rep.MaintFailed)
+	if s.check && rep.MaintFailed+rep.MaintNotStarted > 0 {
+		fmt.Fprintf(stderr, "maintdemo: check failed: maint failed %d commands and did not start %d\n", rep.MaintFailed, rep.MaintNotStarted)
 		for _, sr := range rep.Scenarios {
 			for _, r := range sr.Runs {
-				if r.kind != clientMaint || r.Failed == 0 {
+				if r.kind != clientMaint || r.Failed+r.NotStarted == 0 {
 					continue
+				}
+				if r.NotStarted > 0 {
+					fmt.Fprintf(stderr, "  %s, MaxRetries %d: %d not started (%d in flight)\n", sr.Name, r.MaxRetries, r.NotStarted, s.goroutines)
 				}
 				for _, e := range r.Errors {
 					fmt.Fprintf(stderr, "  %s, MaxRetries %d: %d × %s\n", sr.Name, r.MaxRetries, e.Count, e.Error)

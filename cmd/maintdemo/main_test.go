@@ -20,7 +20,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 	if len(s.scenarios) != 1 || s.scenarios[0].name != "null-dns-late" {
 		t.Errorf("default scenarios: %v", s.scenarios)
 	}
-	if len(s.clients) != 3 || s.window != 2*time.Second || s.goroutines != 32 || s.rate != 2000 || s.pool != 16 {
+	if len(s.clients) != 3 || s.window != 2*time.Second || s.goroutines != 4096 || s.rate != 2000 || s.pool != 16 {
 		t.Errorf("defaults: %+v", s)
 	}
 	// The default run must stay well under a minute: six runs.
@@ -51,6 +51,7 @@ func TestParseFlagsErrors(t *testing.T) {
 		{"--goroutines", "0"},
 		{"--pool", "0"},
 		{"--rate", "-1"},
+		{"--rate", "0"},
 		{"--before", "100ms"},
 		{"--duration", "2s"},
 		{"--maint-route", "sideways"},
