@@ -9,6 +9,7 @@ import (
 	"io"
 	"log"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -25,15 +26,29 @@ type settings struct {
 	before      time.Duration
 	duration    time.Duration // 0: long enough for the scenario
 	readTimeout time.Duration
+	poolTimeout time.Duration // 0: go-redis's default, ReadTimeout + 1s
 	redis       string
 	maintRoute  string
 	json        bool
 	check       bool
 	verbose     bool
+
+	// The soak (--scenario soak) instead of the scenarios.
+	soak       bool
+	seed       uint64
+	maxRetries int // --max-retries: go-redis's MaxRetries in the soak; <= 0: none
 }
 
 // afterSpan is how long a run goes on after the disturbance, by default.
 const afterSpan = 500 * time.Millisecond
+
+// soakLength is how long the load of one client's soak lasts.
+func (s *settings) soakLength() time.Duration {
+	if s.duration > 0 {
+		return s.duration
+	}
+	return soakDuration
+}
 
 // runLength is how long the load of one run of sc lasts.
 func (s *settings) runLength(sc *scenario) time.Duration {
@@ -51,19 +66,22 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 		scenarioF string
 		clientsF  string
 	)
-	fs.StringVar(&scenarioF, "scenario", "null-dns-late", "scenarios to run, comma-separated: named, null-dns-early, null-dns-late, migrating, blocking, or all")
+	fs.StringVar(&scenarioF, "scenario", "null-dns-late", "scenarios to run, comma-separated: named, null-dns-early, null-dns-late, migrating, blocking, or all; or soak alone (a seeded random sequence of events with verified writes)")
 	fs.StringVar(&clientsF, "clients", "all", "clients to compare, comma-separated: none (no handler), builtin (go-redis's handler), maint, or all")
 	fs.IntVar(&s.goroutines, "goroutines", 4096, "most commands in flight at once, each on its own goroutine; a command due when this many are in flight is not started (and counted so)")
 	fs.IntVar(&s.rate, "rate", 2000, "commands per second, scheduled open loop: each starts on time whatever is in flight")
 	fs.IntVar(&s.pool, "pool", 16, "client pool size (redis.Options.PoolSize)")
 	fs.DurationVar(&s.window, "window", 2*time.Second, "MOVING window, or how long the migration is slow; whole seconds")
 	fs.DurationVar(&s.before, "before", time.Second, "steady load before the event")
-	fs.DurationVar(&s.duration, "duration", 0, "load per run in all; 0 means long enough for the scenario plus 0.5s")
+	fs.DurationVar(&s.duration, "duration", 0, "load per run in all; 0 means long enough for the scenario plus 0.5s (soak: 20s per client)")
+	fs.Uint64Var(&s.seed, "seed", 1, "soak: the seed of the sequence of events")
+	fs.IntVar(&s.maxRetries, "max-retries", 3, "soak: MaxRetries of every client; 0 or -1 for none")
 	fs.DurationVar(&s.readTimeout, "read-timeout", time.Second, "ReadTimeout and WriteTimeout of every client")
+	fs.DurationVar(&s.poolTimeout, "pool-timeout", 0, "PoolTimeout of every client; 0 means go-redis's default (ReadTimeout + 1s), in the soak 10s")
 	fs.StringVar(&s.redis, "redis", "", "address of a Redis server to use as the backend (default: an embedded miniredis)")
 	fs.StringVar(&s.maintRoute, "maint-route", routeAddHook, "how maint is installed: addhook (rdb.AddHook(maint.New()) on a default client) or configure (m.NewClient(opt))")
 	fs.BoolVar(&s.json, "json", false, "print one JSON object instead of the tables")
-	fs.BoolVar(&s.check, "check", false, "exit with status 1 if maint failed any command")
+	fs.BoolVar(&s.check, "check", false, "exit with status 1 if maint failed any command (soak: or lost, duplicated or mixed up a write)")
 	fs.BoolVar(&s.verbose, "verbose", false, "log go-redis, maint and emulator events to stderr")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: maintdemo [flags]\n\n"+
@@ -79,7 +97,9 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	var err error
-	if s.scenarios, err = parseScenarios(scenarioF); err != nil {
+	if strings.TrimSpace(scenarioF) == "soak" {
+		s.soak = true
+	} else if s.scenarios, err = parseScenarios(scenarioF); err != nil {
 		return nil, err
 	}
 	if s.clients, err = parseClients(clientsF); err != nil {
@@ -102,6 +122,21 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 		return nil, fmt.Errorf("--maint-route must be %s or %s", routeAddHook, routeConfigure)
 	case s.readTimeout <= 0:
 		return nil, errors.New("--read-timeout must be positive")
+	case s.poolTimeout < 0:
+		return nil, errors.New("--pool-timeout must not be negative")
+	}
+	if s.soak {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["rate"] {
+			s.rate = soakRate
+		}
+		if !set["pool-timeout"] {
+			s.poolTimeout = soakPoolTimeout
+		}
+	}
+	if s.soak && s.duration != 0 && s.duration < minSoakDuration {
+		return nil, fmt.Errorf("--duration %v is too short for the soak: it needs at least %v", s.duration, minSoakDuration)
 	}
 	if s.duration > 0 {
 		for _, sc := range s.scenarios {
@@ -137,6 +172,9 @@ func run(args []string, stdout io.Writer, stderr *os.File) int {
 	// readable unless --verbose asks for them.
 	redis.SetLogger(redisLogger{vlog})
 	rn := &runner{s: s, logf: vlog.Printf, prog: newProgress(stderr)}
+	if s.soak {
+		return rn.runSoak(stdout, stderr)
+	}
 
 	rep := newReport(s)
 	if !s.json {

@@ -177,3 +177,35 @@ func TestTextReport(t *testing.T) {
 		}
 	}
 }
+
+func TestParseFlagsSoak(t *testing.T) {
+	s, err := parseFlags([]string{"--scenario", "soak", "--clients", "maint", "--seed", "9"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.soak || s.seed != 9 || s.rate != soakRate || s.poolTimeout != soakPoolTimeout ||
+		s.soakLength() != soakDuration || s.maxRetries != 3 || len(s.clients) != 1 {
+		t.Errorf("soak defaults: %+v", s)
+	}
+	s, err = parseFlags([]string{"--scenario", "soak", "--rate", "500", "--pool-timeout", "3s", "--duration", "10s"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.rate != 500 || s.poolTimeout != 3*time.Second || s.soakLength() != 10*time.Second {
+		t.Errorf("soak flags: %+v", s)
+	}
+	s, err = parseFlags(nil, io.Discard)
+	if err != nil || s.soak || s.poolTimeout != 0 {
+		t.Errorf("scenarios keep go-redis's pool timeout: %+v, %v", s, err)
+	}
+	for _, args := range [][]string{
+		{"--scenario", "soak,named"},
+		{"--scenario", "named,soak"},
+		{"--scenario", "soak", "--duration", "2s"},
+		{"--pool-timeout", "-1s"},
+	} {
+		if _, err := parseFlags(args, io.Discard); err == nil {
+			t.Errorf("%v: no error", args)
+		}
+	}
+}

@@ -27,6 +27,7 @@ type settingsJSON struct {
 	Window      float64 `json:"window"`
 	Before      float64 `json:"before"`
 	ReadTimeout float64 `json:"read_timeout"`
+	PoolTimeout float64 `json:"pool_timeout"` // 0: go-redis's default
 	MaintRoute  string  `json:"maint_route"`
 	Backend     string  `json:"backend"`
 	GoRedis     string  `json:"go_redis"`
@@ -49,7 +50,7 @@ func newReport(s *settings) *report {
 	}
 	return &report{Settings: settingsJSON{
 		Goroutines: s.goroutines, Rate: s.rate, Pool: s.pool,
-		Window: s.window.Seconds(), Before: s.before.Seconds(), ReadTimeout: s.readTimeout.Seconds(),
+		Window: s.window.Seconds(), Before: s.before.Seconds(), ReadTimeout: s.readTimeout.Seconds(), PoolTimeout: s.poolTimeout.Seconds(),
 		MaintRoute: s.maintRoute,
 		Backend:    backend, GoRedis: goRedisVersion(),
 	}}
