@@ -124,8 +124,9 @@
 //	                    first window runs or right after it (DNS may go from
 //	                    the first node straight to the last)
 //	superseded          a MOVING naming one successor, a newer MOVING of the
-//	                    same node naming another, then a late copy of the
-//	                    first (its older seq)
+//	                    same node naming another, a late copy of the first
+//	                    (its older seq), and a MOVING of the first successor
+//	                    to the second (so clients that went there follow)
 //	migrating           MIGRATING (starts in 0 or 1s), every reply
 //	                    ReadTimeout + 0.5s late for 1 to 2s, MIGRATED
 //	migrating+moving    the same, with a MOVING of the node (2 or 3s window)

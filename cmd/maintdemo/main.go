@@ -9,6 +9,7 @@ import (
 	"io"
 	"log"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -32,6 +33,7 @@ type settings struct {
 	json        bool
 	check       bool
 	verbose     bool
+	cpuProfile  string // --cpuprofile: where to write a CPU profile of the whole run
 
 	// The soak (--scenario soak) instead of the scenarios.
 	soak       bool
@@ -83,6 +85,7 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 	fs.BoolVar(&s.json, "json", false, "print one JSON object instead of the tables")
 	fs.BoolVar(&s.check, "check", false, "exit with status 1 if maint failed any command (soak: or lost, duplicated or mixed up a write)")
 	fs.BoolVar(&s.verbose, "verbose", false, "log go-redis, maint and emulator events to stderr")
+	fs.StringVar(&s.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (to see what delays the load generator)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: maintdemo [flags]\n\n"+
 			"Runs steady load through go-redis with no handler, with go-redis's built-in\n"+
@@ -163,6 +166,20 @@ func run(args []string, stdout io.Writer, stderr *os.File) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "maintdemo:", err)
 		return 2
+	}
+	if s.cpuProfile != "" {
+		f, err := os.Create(s.cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "maintdemo:", err)
+			return 2
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		}()
 	}
 	vlog := log.New(io.Discard, "", 0)
 	if s.verbose {

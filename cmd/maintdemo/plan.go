@@ -26,7 +26,8 @@ const (
 	// window runs or right after it.
 	epChained = "chained"
 	// epSuperseded: MOVING naming one successor, then a newer MOVING of the
-	// same node naming another, then a late copy of the first (older seq).
+	// same node naming another, a late copy of the first (older seq), and a
+	// MOVING of the first successor to the second.
 	epSuperseded = "superseded"
 	// epMigrating: MIGRATING, replies slower than ReadTimeout, MIGRATED.
 	epMigrating = "migrating"
@@ -391,8 +392,10 @@ func (p *planner) chained(t time.Duration) (time.Duration, bool) {
 }
 
 // superseded is a MOVING naming one successor, a newer MOVING of the same
-// node naming another while the first window runs, and a late copy of the
-// first.
+// node naming another while the first window runs, a late copy of the
+// first, and a MOVING of the first successor to the second: the clients
+// that went there already are told too, and the first successor retires
+// like any node that stops serving.
 func (p *planner) superseded(t time.Duration) (time.Duration, bool) {
 	y, ok := p.target(t)
 	if !ok {
@@ -406,15 +409,16 @@ func (p *planner) superseded(t time.Duration) (time.Duration, bool) {
 	w1 := 2*time.Second + time.Duration(p.r.IntN(2))*time.Second
 	p.moving(t, y, false, w1, 0)
 	first := len(p.acts) - 1
-	// The first successor never retires: it may be named again at once.
-	p.free[y], p.refusing[y] = 0, false
 	p.cur = x
 	o := t + p.frac(w1, 0.2, 0.6)
 	w2, j2 := p.window(), p.dur(0, 250*time.Millisecond)
-	closes := p.moving(o, z, p.coin(0.3), w2, j2)
+	closesX := p.moving(o, z, p.coin(0.3), w2, j2)
 	p.add(action{At: o + p.dur(50*time.Millisecond, min(500*time.Millisecond, w2*8/10)), Kind: actLateCopy, Node: x, Of: first})
+	p.cur = y
+	w3, j3 := p.window(), p.dur(0, 250*time.Millisecond)
+	closesY := p.moving(o+p.dur(0, 300*time.Millisecond), z, false, w3, j3)
 	dnsZ := p.dns(p.dnsAt(o, w2, j2, p.coin(0.5)), z)
-	return max(closes, dnsZ), true
+	return max(closesX, closesY, dnsZ), true
 }
 
 // slow is a MIGRATING or FAILING_OVER of the serving node, replies slower

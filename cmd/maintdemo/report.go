@@ -219,6 +219,14 @@ func printScenario(w io.Writer, s *settings, sr *scenarioReport) {
 				"instead of failing them: they are the slow ones in its \"during\" latency.\n", r.Maint.Held)
 		}
 	}
+	for _, c := range cols {
+		for _, r := range []*runResult{c.noRetry, c.defRetries} {
+			if r != nil && max(r.Before.LagP99, r.During.LagP99) > busyLag {
+				fmt.Fprintf(w, "\n%s, MaxRetries %d: the generator started 1%% of the commands %sms late or more: the machine was busy.\n",
+					c.kind.title(), r.MaxRetries, fmtMs(max(r.Before.LagP99, r.During.LagP99)))
+			}
+		}
+	}
 	printErrors(w, cols)
 }
 

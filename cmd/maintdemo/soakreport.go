@@ -26,6 +26,10 @@ type soakReport struct {
 	MaintBad int64 `json:"maint_bad"`
 }
 
+// busyLag is the generator lag (p99) past which a run's report says the
+// machine was busy: the process did not get the CPU when its timers fired.
+const busyLag = 100.0 // ms
+
 // runSoak plays one seeded plan for every client in turn and reports.
 func (rn *runner) runSoak(stdout, stderr io.Writer) int {
 	s := rn.s
@@ -174,6 +178,12 @@ func printSoak(w io.Writer, s *settings, rep *soakReport) {
 				break
 			}
 			fmt.Fprintf(w, "  %-17s %s\n", r.kind.title(), a)
+		}
+	}
+	for _, r := range rep.Runs {
+		if r.Latency.LagP99 > busyLag {
+			fmt.Fprintf(w, "\n%s: the generator started 1%% of the commands %sms late or more: the machine was busy,\n"+
+				"and what timers decide (drain caps, timeouts) may differ from a quiet run.\n", r.kind.title(), fmtMs(r.Latency.LagP99))
 		}
 	}
 	for _, r := range rep.Runs {
