@@ -51,8 +51,8 @@ type soakRun struct {
 	Failed     int64 `json:"failed"`
 	NotStarted int64 `json:"not_started"`
 	Unfinished int64 `json:"unfinished"`
-	// Lost counts acknowledged increments missing (from the replies or the
-	// final values) and reads or final values that missed an acknowledged SET.
+	// Lost counts acknowledged increments missing from the final counters,
+	// and GETs and final values that missed an acknowledged SET.
 	Lost int64 `json:"lost"`
 	// Duplicated counts increments applied more often than sent.
 	Duplicated int64 `json:"duplicated"`
