@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -194,6 +195,27 @@ func TestVerifierString(t *testing.T) {
 // the same node naming another, a late copy of the first, a MOVING of the
 // first successor to the second, and DNS following.
 func TestSoakMaint(t *testing.T) {
+	soakMaint(t, 5, epSuperseded)
+}
+
+// TestSoakMaintChained plays seed 16 from 0.5s to 4s: a MOVING of node A
+// naming B, then, within A's window, a MOVING of B with a null endpoint
+// while DNS still names A; DNS names the last node only after both windows.
+func TestSoakMaintChained(t *testing.T) {
+	// Fails on the core as of 018b16a: maint takes DNS naming A, itself
+	// retiring, as B's replacement ("replacement node=B seq=2 DNS now names
+	// A" in its events) and, once A stops accepting at its window's end,
+	// fails ~50 commands with "dial tcp 127.0.0.2:PORT: connect: connection
+	// refused" until DNS moves (3300+ in a 20s soak of seed 2). Unskip when
+	// the core holds those commands instead.
+	t.Skip("maint dials a retiring node that DNS still names after a chained MOVING")
+	soakMaint(t, 16, epChained)
+}
+
+// soakMaint runs seed's soak from 0.5s to 5s through maint alone, checks
+// that its one episode is of kind, and that maint failed, lost, duplicated
+// and mixed up nothing.
+func soakMaint(t *testing.T, seed int, kind string) {
 	if testing.Short() {
 		t.Skip("plays a soak")
 	}
@@ -205,13 +227,13 @@ func TestSoakMaint(t *testing.T) {
 	var out bytes.Buffer
 	// A lower rate than the default: the race detector and a shared
 	// machine must not make the generator itself the bottleneck.
-	code := run([]string{"--scenario", "soak", "--clients", "maint", "--seed", "5", "--duration", "5s",
+	code := run([]string{"--scenario", "soak", "--clients", "maint", "--seed", strconv.Itoa(seed), "--duration", "5s",
 		"--before", "500ms", "--rate", "400", "--json", "--check"}, &out, errf)
 	var rep soakReport
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 		t.Fatalf("exit %d, %v; output:\n%s", code, err, out.String())
 	}
-	if len(rep.Runs) != 1 || rep.Runs[0].Client != "maint" || len(rep.Episodes) != 1 || rep.Episodes[0].Kind != epSuperseded {
+	if len(rep.Runs) != 1 || rep.Runs[0].Client != "maint" || len(rep.Episodes) != 1 || rep.Episodes[0].Kind != kind {
 		t.Fatalf("report: %s", out.String())
 	}
 	r := rep.Runs[0]
