@@ -91,6 +91,7 @@ func newClient(k clientKind, d *database, s *settings, maxRetries int, logf func
 		Dialer:       d.dials.Dial,
 		ReadTimeout:  s.readTimeout,
 		WriteTimeout: s.readTimeout,
+		PoolTimeout:  s.poolTimeout,
 	}
 	switch k {
 	case clientNone:

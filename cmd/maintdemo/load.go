@@ -14,124 +14,217 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// sample is one successful command: when it was issued and how long it took,
-// both in nanoseconds, the first from the start of the load.
+// sample is one successful command, in nanoseconds: when it was scheduled
+// (from the start of the load), how long it took from then, and how late it
+// started (the generator's own lag, part of took).
 type sample struct {
-	at, took int64
+	at, took, lag int64
 }
 
-// load is the steady traffic of one run: goroutines doing SET and GET in
-// turn on their own key, paced to a total rate (or as fast as they go), each
-// recording the latency of its successful commands.
+// slot is where one command runs: one command at a time runs on a slot, so
+// what the slot holds (its key, its samples, the state of a verifying op)
+// needs no lock of its own; the free list's lock orders the commands that
+// take it in turn.
+type slot struct {
+	id      int
+	key     string   // the slot's own key for the demo's SET and GET
+	n       int64    // commands this slot has run
+	samples []sample // successful commands
+	errs    errorCounts
+	state   any // the op's per-slot state (the soak's verifier)
+}
+
+// op runs one command on slot s and returns its error; redis.Nil is a
+// success. It is called on the command's own goroutine, with the slot held.
+type op func(ctx context.Context, s *slot) error
+
+// load is the traffic of one run, open loop as wrk2 and HdrHistogram measure
+// it: commands are scheduled at a constant rate from the start of the load,
+// and each starts on its own goroutine at its scheduled time whatever is
+// still in flight, so a client that stalls is charged every command that
+// was due meanwhile, not just the one it stalled on. A command's latency is
+// measured from its scheduled time. At most maxInFlight commands run at
+// once: a command due when that many are in flight is not started and is
+// counted in notStarted (not in failed). A scheduler that fell behind (the
+// machine was busy) starts what was due at once, and nothing more.
 type load struct {
 	ok, failed atomic.Int64
+	// notStarted counts commands that were due while maxInFlight were in
+	// flight.
+	notStarted atomic.Int64
+	// unfinished counts commands still in flight when the grace after the
+	// end ran out: they were cancelled and count neither as ok nor failed.
+	unfinished atomic.Int64
 
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	start  time.Time
+	start, end time.Time
+	rate       int
+	do         op
 
-	mu      sync.Mutex // guards the following
-	samples [][]sample // one slice per goroutine, merged at the end
-	errs    errorCounts
+	ctx       context.Context // cancelled when the grace after the end runs out
+	cancel    context.CancelFunc
+	freeMu    sync.Mutex
+	free      []*slot // idle slots, a stack: the slots used recently are used again
+	slots     []*slot
+	inflight  sync.WaitGroup
+	stopSched chan struct{}
+	schedDone chan struct{}
+	stopOnce  sync.Once
 }
 
-// startLoad starts goroutines workers on rdb, pacing them to rate commands per
-// second in all (0: as fast as they go). Times are measured from start.
-func startLoad(rdb *redis.Client, workers, rate int, start time.Time) *load {
+// startLoad schedules rate commands per second from start until end, each
+// running do on a free slot, with at most maxInFlight in flight. newState,
+// if not nil, gives each slot its op state.
+func startLoad(do op, rate, maxInFlight int, start, end time.Time, newState func(id int) any) *load {
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &load{cancel: cancel, start: start, samples: make([][]sample, workers)}
-	var interval time.Duration
-	if rate > 0 {
-		interval = time.Duration(float64(time.Second) * float64(workers) / float64(rate))
+	l := &load{start: start, end: end, rate: rate, do: do, ctx: ctx, cancel: cancel,
+		free: make([]*slot, 0, maxInFlight), slots: make([]*slot, maxInFlight),
+		stopSched: make(chan struct{}), schedDone: make(chan struct{})}
+	for id := range maxInFlight {
+		s := &slot{id: id, key: "maintdemo:k" + strconv.Itoa(id)}
+		if newState != nil {
+			s.state = newState(id)
+		}
+		l.slots[id] = s
 	}
-	for w := range workers {
-		l.wg.Add(1)
-		go l.worker(ctx, rdb, w, interval, workers)
+	for id := maxInFlight - 1; id >= 0; id-- {
+		l.free = append(l.free, l.slots[id])
 	}
+	go l.schedule()
 	return l
 }
 
-func (l *load) worker(ctx context.Context, rdb *redis.Client, w int, interval time.Duration, workers int) {
-	defer l.wg.Done()
-	key := "maintdemo:k" + strconv.Itoa(w)
-	own := make([]sample, 0, 4096)
-	var errs errorCounts
-	defer func() {
-		l.mu.Lock()
-		l.samples[w] = own
-		l.errs.merge(errs)
-		l.mu.Unlock()
-	}()
-	// Spread the goroutines' schedules over one interval so the paced load is
-	// even, not a burst every interval.
-	next := l.start
-	if interval > 0 {
-		next = next.Add(interval * time.Duration(w) / time.Duration(workers))
-	}
-	timer := time.NewTimer(0)
+// due is when command i is scheduled: i/rate seconds after the start,
+// computed from the start each time so that no rounding accumulates.
+func (l *load) due(i int64) time.Time {
+	return l.start.Add(time.Duration(i * int64(time.Second) / int64(l.rate)))
+}
+
+func (l *load) schedule() {
+	defer close(l.schedDone)
+	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	<-timer.C
-	for i := 0; ; i++ {
-		if interval > 0 {
-			if d := time.Until(next); d > 0 {
-				timer.Reset(d)
-				select {
-				case <-timer.C:
-				case <-ctx.Done():
-					return
-				}
-			}
-			next = next.Add(interval)
-			if now := time.Now(); next.Before(now.Add(-interval)) {
-				// Behind (a stall): no burst to catch up, keep the pace.
-				next = now
-			}
-		}
-		if ctx.Err() != nil {
+	for i := int64(0); ; i++ {
+		due := l.due(i)
+		if !due.Before(l.end) {
 			return
 		}
-		t0 := time.Now()
-		var err error
-		if i%2 == 0 {
-			err = rdb.Set(ctx, key, i, 0).Err()
+		if d := time.Until(due); d > 0 {
+			timer.Reset(d)
+			select {
+			case <-timer.C:
+			case <-l.stopSched:
+				return
+			}
+		}
+		if s := l.take(); s != nil {
+			l.inflight.Add(1)
+			go l.exec(s, due)
 		} else {
-			err = rdb.Get(ctx, key).Err()
+			l.notStarted.Add(1)
 		}
-		took := time.Since(t0)
-		if ctx.Err() != nil {
-			return // stopped mid-command: neither a success nor a failure
-		}
-		if err != nil && !errors.Is(err, redis.Nil) {
-			l.failed.Add(1)
-			errs.add(normalizeError(err))
-			continue
-		}
-		l.ok.Add(1)
-		own = append(own, sample{at: t0.Sub(l.start).Nanoseconds(), took: took.Nanoseconds()})
 	}
 }
 
-// stop ends the load and waits for its goroutines.
-func (l *load) stop() {
-	l.cancel()
-	l.wg.Wait()
+func (l *load) exec(s *slot, due time.Time) {
+	defer l.inflight.Done()
+	lag := time.Since(due)
+	err := l.do(l.ctx, s)
+	took := time.Since(due)
+	s.n++
+	switch {
+	case err != nil && l.ctx.Err() != nil:
+		l.unfinished.Add(1) // cancelled after the grace: neither a success nor a failure
+	case err != nil && !errors.Is(err, redis.Nil):
+		l.failed.Add(1)
+		s.errs.add(normalizeError(err))
+	default:
+		l.ok.Add(1)
+		s.samples = append(s.samples, sample{at: due.Sub(l.start).Nanoseconds(), took: took.Nanoseconds(), lag: lag.Nanoseconds()})
+	}
+	l.freeMu.Lock()
+	l.free = append(l.free, s)
+	l.freeMu.Unlock()
 }
 
-// latencies returns the latencies of the successful commands issued in
-// [from, to) (offsets from the start of the load), sorted.
-func (l *load) latencies(from, to time.Duration) []int64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []int64
-	for _, own := range l.samples {
-		for _, s := range own {
-			if s.at >= int64(from) && s.at < int64(to) {
-				out = append(out, s.took)
+// take returns a free slot, or nil when every slot is in flight.
+func (l *load) take() *slot {
+	l.freeMu.Lock()
+	defer l.freeMu.Unlock()
+	n := len(l.free)
+	if n == 0 {
+		return nil
+	}
+	s := l.free[n-1]
+	l.free = l.free[:n-1]
+	return s
+}
+
+// stop ends the schedule now if it has not ended, lets the commands in flight
+// finish for up to grace, then cancels what is left and waits for it.
+func (l *load) stop(grace time.Duration) {
+	l.stopOnce.Do(func() { close(l.stopSched) })
+	<-l.schedDone
+	done := make(chan struct{})
+	go func() {
+		l.inflight.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+	l.cancel()
+	<-done
+}
+
+// wait blocks until the schedule ends (at the end given to startLoad), then
+// stops the load as stop does.
+func (l *load) wait(grace time.Duration) {
+	<-l.schedDone
+	l.stop(grace)
+}
+
+// errors returns the errors of every command, most frequent first. Call it
+// after stop.
+func (l *load) errors() []errorCount {
+	var all errorCounts
+	for _, s := range l.slots {
+		all.merge(s.errs)
+	}
+	return all.list()
+}
+
+// latency summarises the successful commands scheduled in [from, to)
+// (offsets from the start of the load). Call it after stop.
+func (l *load) latency(from, to time.Duration) latency {
+	var took, lag []int64
+	for _, s := range l.slots {
+		for _, smp := range s.samples {
+			if smp.at >= int64(from) && smp.at < int64(to) {
+				took = append(took, smp.took)
+				lag = append(lag, smp.lag)
 			}
 		}
 	}
-	slices.Sort(out)
-	return out
+	slices.Sort(took)
+	slices.Sort(lag)
+	st := latencyStats(took)
+	if len(lag) > 0 {
+		st.LagP99 = ms(lag[rank(0.99, len(lag))])
+	}
+	return st
+}
+
+// setGet is the demo's op: SET and GET in turn on the slot's own key.
+func setGet(rdb *redis.Client) op {
+	return func(ctx context.Context, s *slot) error {
+		if s.n%2 == 0 {
+			return rdb.Set(ctx, s.key, s.n, 0).Err()
+		}
+		return rdb.Get(ctx, s.key).Err()
+	}
 }
 
 // localAddr matches the local half of "read tcp 127.0.0.1:50312->127.0.0.2:6379".
@@ -202,11 +295,13 @@ func latencyStats(sorted []int64) latency {
 		return latency{}
 	}
 	// Nearest rank: the smallest latency with at least p of them at or below it.
-	q := func(p float64) float64 {
-		i := int(math.Ceil(p*float64(len(sorted)))) - 1
-		return ms(sorted[max(i, 0)])
-	}
+	q := func(p float64) float64 { return ms(sorted[rank(p, len(sorted))]) }
 	return latency{Count: len(sorted), P50: q(0.50), P99: q(0.99), Max: ms(sorted[len(sorted)-1])}
+}
+
+// rank is the index of the p quantile of n sorted values, by nearest rank.
+func rank(p float64, n int) int {
+	return max(int(math.Ceil(p*float64(n)))-1, 0)
 }
 
 func ms(ns int64) float64 { return float64(ns) / 1e6 }

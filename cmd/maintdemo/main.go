@@ -9,6 +9,8 @@ import (
 	"io"
 	"log"
 	"os"
+	"runtime/pprof"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -25,15 +27,30 @@ type settings struct {
 	before      time.Duration
 	duration    time.Duration // 0: long enough for the scenario
 	readTimeout time.Duration
+	poolTimeout time.Duration // 0: go-redis's default, ReadTimeout + 1s
 	redis       string
 	maintRoute  string
 	json        bool
 	check       bool
 	verbose     bool
+	cpuProfile  string // --cpuprofile: where to write a CPU profile of the whole run
+
+	// The soak (--scenario soak) instead of the scenarios.
+	soak       bool
+	seed       uint64
+	maxRetries int // --max-retries: go-redis's MaxRetries in the soak; <= 0: none
 }
 
 // afterSpan is how long a run goes on after the disturbance, by default.
 const afterSpan = 500 * time.Millisecond
+
+// soakLength is how long the load of one client's soak lasts.
+func (s *settings) soakLength() time.Duration {
+	if s.duration > 0 {
+		return s.duration
+	}
+	return soakDuration
+}
 
 // runLength is how long the load of one run of sc lasts.
 func (s *settings) runLength(sc *scenario) time.Duration {
@@ -51,20 +68,24 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 		scenarioF string
 		clientsF  string
 	)
-	fs.StringVar(&scenarioF, "scenario", "null-dns-late", "scenarios to run, comma-separated: named, null-dns-early, null-dns-late, migrating, blocking, or all")
+	fs.StringVar(&scenarioF, "scenario", "null-dns-late", "scenarios to run, comma-separated: named, null-dns-early, null-dns-late, migrating, blocking, or all; or soak alone (a seeded random sequence of events with verified writes)")
 	fs.StringVar(&clientsF, "clients", "all", "clients to compare, comma-separated: none (no handler), builtin (go-redis's handler), maint, or all")
-	fs.IntVar(&s.goroutines, "goroutines", 32, "goroutines issuing commands")
-	fs.IntVar(&s.rate, "rate", 2000, "commands per second in all; 0 means as fast as they go")
+	fs.IntVar(&s.goroutines, "goroutines", 4096, "most commands in flight at once, each on its own goroutine; a command due when this many are in flight is not started (and counted so)")
+	fs.IntVar(&s.rate, "rate", 2000, "commands per second, scheduled open loop: each starts on time whatever is in flight")
 	fs.IntVar(&s.pool, "pool", 16, "client pool size (redis.Options.PoolSize)")
 	fs.DurationVar(&s.window, "window", 2*time.Second, "MOVING window, or how long the migration is slow; whole seconds")
 	fs.DurationVar(&s.before, "before", time.Second, "steady load before the event")
-	fs.DurationVar(&s.duration, "duration", 0, "load per run in all; 0 means long enough for the scenario plus 0.5s")
+	fs.DurationVar(&s.duration, "duration", 0, "load per run in all; 0 means long enough for the scenario plus 0.5s (soak: 20s per client)")
+	fs.Uint64Var(&s.seed, "seed", 1, "soak: the seed of the sequence of events")
+	fs.IntVar(&s.maxRetries, "max-retries", 3, "soak: MaxRetries of every client; 0 or -1 for none")
 	fs.DurationVar(&s.readTimeout, "read-timeout", time.Second, "ReadTimeout and WriteTimeout of every client")
+	fs.DurationVar(&s.poolTimeout, "pool-timeout", 0, "PoolTimeout of every client; 0 means go-redis's default (ReadTimeout + 1s), in the soak 10s")
 	fs.StringVar(&s.redis, "redis", "", "address of a Redis server to use as the backend (default: an embedded miniredis)")
 	fs.StringVar(&s.maintRoute, "maint-route", routeAddHook, "how maint is installed: addhook (rdb.AddHook(maint.New()) on a default client) or configure (m.NewClient(opt))")
 	fs.BoolVar(&s.json, "json", false, "print one JSON object instead of the tables")
-	fs.BoolVar(&s.check, "check", false, "exit with status 1 if maint failed any command")
+	fs.BoolVar(&s.check, "check", false, "exit with status 1 if maint failed any command (soak: or lost, duplicated or mixed up a write)")
 	fs.BoolVar(&s.verbose, "verbose", false, "log go-redis, maint and emulator events to stderr")
+	fs.StringVar(&s.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (to see what delays the load generator)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: maintdemo [flags]\n\n"+
 			"Runs steady load through go-redis with no handler, with go-redis's built-in\n"+
@@ -79,7 +100,9 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	var err error
-	if s.scenarios, err = parseScenarios(scenarioF); err != nil {
+	if strings.TrimSpace(scenarioF) == "soak" {
+		s.soak = true
+	} else if s.scenarios, err = parseScenarios(scenarioF); err != nil {
 		return nil, err
 	}
 	if s.clients, err = parseClients(clientsF); err != nil {
@@ -90,8 +113,8 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 		return nil, errors.New("--goroutines must be at least 1")
 	case s.pool < 1:
 		return nil, errors.New("--pool must be at least 1")
-	case s.rate < 0:
-		return nil, errors.New("--rate must not be negative")
+	case s.rate < 1:
+		return nil, errors.New("--rate must be at least 1 (the load is open loop: commands are scheduled at this rate)")
 	case s.window < time.Second || s.window%time.Second != 0:
 		// The wire carries whole seconds: a client told "2" must not see the
 		// close at 1.5s.
@@ -102,6 +125,21 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 		return nil, fmt.Errorf("--maint-route must be %s or %s", routeAddHook, routeConfigure)
 	case s.readTimeout <= 0:
 		return nil, errors.New("--read-timeout must be positive")
+	case s.poolTimeout < 0:
+		return nil, errors.New("--pool-timeout must not be negative")
+	}
+	if s.soak {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["rate"] {
+			s.rate = soakRate
+		}
+		if !set["pool-timeout"] {
+			s.poolTimeout = soakPoolTimeout
+		}
+	}
+	if s.soak && s.duration != 0 && s.duration < minSoakDuration {
+		return nil, fmt.Errorf("--duration %v is too short for the soak: it needs at least %v", s.duration, minSoakDuration)
 	}
 	if s.duration > 0 {
 		for _, sc := range s.scenarios {
@@ -129,6 +167,20 @@ func run(args []string, stdout io.Writer, stderr *os.File) int {
 		fmt.Fprintln(stderr, "maintdemo:", err)
 		return 2
 	}
+	if s.cpuProfile != "" {
+		f, err := os.Create(s.cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "maintdemo:", err)
+			return 2
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		}()
+	}
 	vlog := log.New(io.Discard, "", 0)
 	if s.verbose {
 		vlog = log.New(stderr, "", log.Lmicroseconds)
@@ -137,6 +189,9 @@ func run(args []string, stdout io.Writer, stderr *os.File) int {
 	// readable unless --verbose asks for them.
 	redis.SetLogger(redisLogger{vlog})
 	rn := &runner{s: s, logf: vlog.Printf, prog: newProgress(stderr)}
+	if s.soak {
+		return rn.runSoak(stdout, stderr)
+	}
 
 	rep := newReport(s)
 	if !s.json {
@@ -169,12 +224,15 @@ func run(args []string, stdout io.Writer, stderr *os.File) int {
 	} else {
 		printSummary(stdout, rep)
 	}
-	if s.check && rep.MaintFailed > 0 {
-		fmt.Fprintf(stderr, "maintdemo: check failed: maint failed %d commands\n", rep.MaintFailed)
+	if s.check && rep.MaintFailed+rep.MaintNotStarted > 0 {
+		fmt.Fprintf(stderr, "maintdemo: check failed: maint failed %d commands and did not start %d\n", rep.MaintFailed, rep.MaintNotStarted)
 		for _, sr := range rep.Scenarios {
 			for _, r := range sr.Runs {
-				if r.kind != clientMaint || r.Failed == 0 {
+				if r.kind != clientMaint || r.Failed+r.NotStarted == 0 {
 					continue
+				}
+				if r.NotStarted > 0 {
+					fmt.Fprintf(stderr, "  %s, MaxRetries %d: %d not started (%d in flight)\n", sr.Name, r.MaxRetries, r.NotStarted, s.goroutines)
 				}
 				for _, e := range r.Errors {
 					fmt.Fprintf(stderr, "  %s, MaxRetries %d: %d × %s\n", sr.Name, r.MaxRetries, e.Count, e.Error)

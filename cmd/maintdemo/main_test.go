@@ -20,7 +20,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 	if len(s.scenarios) != 1 || s.scenarios[0].name != "null-dns-late" {
 		t.Errorf("default scenarios: %v", s.scenarios)
 	}
-	if len(s.clients) != 3 || s.window != 2*time.Second || s.goroutines != 32 || s.rate != 2000 || s.pool != 16 {
+	if len(s.clients) != 3 || s.window != 2*time.Second || s.goroutines != 4096 || s.rate != 2000 || s.pool != 16 {
 		t.Errorf("defaults: %+v", s)
 	}
 	// The default run must stay well under a minute: six runs.
@@ -51,6 +51,7 @@ func TestParseFlagsErrors(t *testing.T) {
 		{"--goroutines", "0"},
 		{"--pool", "0"},
 		{"--rate", "-1"},
+		{"--rate", "0"},
 		{"--before", "100ms"},
 		{"--duration", "2s"},
 		{"--maint-route", "sideways"},
@@ -173,6 +174,38 @@ func TestTextReport(t *testing.T) {
 		"20.0 (×1.0)", "during (+1.0 to +3.5) p99", "got it +1.00", "MOVING sent"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+}
+
+func TestParseFlagsSoak(t *testing.T) {
+	s, err := parseFlags([]string{"--scenario", "soak", "--clients", "maint", "--seed", "9"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.soak || s.seed != 9 || s.rate != soakRate || s.poolTimeout != soakPoolTimeout ||
+		s.soakLength() != soakDuration || s.maxRetries != 3 || len(s.clients) != 1 {
+		t.Errorf("soak defaults: %+v", s)
+	}
+	s, err = parseFlags([]string{"--scenario", "soak", "--rate", "500", "--pool-timeout", "3s", "--duration", "10s"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.rate != 500 || s.poolTimeout != 3*time.Second || s.soakLength() != 10*time.Second {
+		t.Errorf("soak flags: %+v", s)
+	}
+	s, err = parseFlags(nil, io.Discard)
+	if err != nil || s.soak || s.poolTimeout != 0 {
+		t.Errorf("scenarios keep go-redis's pool timeout: %+v, %v", s, err)
+	}
+	for _, args := range [][]string{
+		{"--scenario", "soak,named"},
+		{"--scenario", "named,soak"},
+		{"--scenario", "soak", "--duration", "2s"},
+		{"--pool-timeout", "-1s"},
+	} {
+		if _, err := parseFlags(args, io.Discard); err == nil {
+			t.Errorf("%v: no error", args)
 		}
 	}
 }

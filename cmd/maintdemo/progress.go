@@ -29,7 +29,11 @@ func newProgress(f *os.File) *progress {
 func (p *progress) start(label string, start time.Time, total time.Duration, l *load) (stop func()) {
 	line := func() string {
 		el := min(time.Since(start), total)
-		return fmt.Sprintf("%s  %4.1fs/%.1fs  ok %7d  failed %6d", label, el.Seconds(), total.Seconds(), l.ok.Load(), l.failed.Load())
+		line := fmt.Sprintf("%s  %4.1fs/%.1fs  ok %7d  failed %6d", label, el.Seconds(), total.Seconds(), l.ok.Load(), l.failed.Load())
+		if n := l.notStarted.Load(); n > 0 {
+			line += fmt.Sprintf("  not started %6d", n)
+		}
+		return line
 	}
 	if !p.tty {
 		return func() { fmt.Fprintln(p.w, line()) }

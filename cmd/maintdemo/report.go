@@ -13,17 +13,21 @@ type report struct {
 	Settings    settingsJSON      `json:"settings"`
 	Scenarios   []*scenarioReport `json:"scenarios"`
 	MaintFailed int64             `json:"maint_failed"`
-	MaintRuns   int               `json:"maint_runs"`
+	// MaintNotStarted counts maint's commands not started for lack of a
+	// free goroutine (--goroutines in flight).
+	MaintNotStarted int64 `json:"maint_not_started"`
+	MaintRuns       int   `json:"maint_runs"`
 }
 
 // settingsJSON is the JSON form of the settings.
 type settingsJSON struct {
-	Goroutines  int     `json:"goroutines"`
+	Goroutines  int     `json:"goroutines"` // most commands in flight
 	Rate        int     `json:"rate"`
 	Pool        int     `json:"pool"`
 	Window      float64 `json:"window"`
 	Before      float64 `json:"before"`
 	ReadTimeout float64 `json:"read_timeout"`
+	PoolTimeout float64 `json:"pool_timeout"` // 0: go-redis's default
 	MaintRoute  string  `json:"maint_route"`
 	Backend     string  `json:"backend"`
 	GoRedis     string  `json:"go_redis"`
@@ -46,7 +50,7 @@ func newReport(s *settings) *report {
 	}
 	return &report{Settings: settingsJSON{
 		Goroutines: s.goroutines, Rate: s.rate, Pool: s.pool,
-		Window: s.window.Seconds(), Before: s.before.Seconds(), ReadTimeout: s.readTimeout.Seconds(),
+		Window: s.window.Seconds(), Before: s.before.Seconds(), ReadTimeout: s.readTimeout.Seconds(), PoolTimeout: s.poolTimeout.Seconds(),
 		MaintRoute: s.maintRoute,
 		Backend:    backend, GoRedis: goRedisVersion(),
 	}}
@@ -57,6 +61,7 @@ func (r *report) add(sr *scenarioReport) {
 	for _, run := range sr.Runs {
 		if run.kind == clientMaint {
 			r.MaintFailed += run.Failed
+			r.MaintNotStarted += run.NotStarted
 			r.MaintRuns++
 		}
 	}
@@ -76,16 +81,13 @@ func goRedisVersion() string {
 
 func printHeader(w io.Writer, s *settings) {
 	rep := newReport(s)
-	fmt.Fprintf(w, "maintdemo: %d goroutines, %s, pool %d, ReadTimeout %v, window %v; backend %s; go-redis %s\n",
-		s.goroutines, rateText(s.rate), s.pool, s.readTimeout, s.window, rep.Settings.Backend, rep.Settings.GoRedis)
+	fmt.Fprintf(w, "maintdemo: %s open loop (at most %d in flight), pool %d, ReadTimeout %v, window %v; backend %s; go-redis %s\n",
+		rateText(s.rate), s.goroutines, s.pool, s.readTimeout, s.window, rep.Settings.Backend, rep.Settings.GoRedis)
 	fmt.Fprintf(w, "Each client runs alone against a fresh emulated database (old node 127.0.0.2, new node 127.0.0.3,\n"+
 		"host %q in the emulator's DNS), once with MaxRetries -1 and once with go-redis's default (3).\n", host)
 }
 
 func rateText(rate int) string {
-	if rate == 0 {
-		return "as fast as they go"
-	}
 	return fmt.Sprintf("%d ops/s", rate)
 }
 
@@ -143,6 +145,10 @@ func printScenario(w io.Writer, s *settings, sr *scenarioReport) {
 
 	perRun("failed commands, MaxRetries -1", noRetry, func(r *runResult) string { return count(r.Failed) })
 	perRun("failed commands, MaxRetries 3", def, func(r *runResult) string { return count(r.Failed) })
+	if notStarted(sr) {
+		perRun(fmt.Sprintf("not started (%d in flight), MaxRetries -1", s.goroutines), noRetry, func(r *runResult) string { return count(r.NotStarted) })
+		perRun(fmt.Sprintf("not started (%d in flight), MaxRetries 3", s.goroutines), def, func(r *runResult) string { return count(r.NotStarted) })
+	}
 	perRun("commands served, MaxRetries 3", def, func(r *runResult) string { return count(r.OK) })
 	t.blank()
 	t.row("timeline (MaxRetries 3 run), s from the start of load")
@@ -185,9 +191,12 @@ func printScenario(w io.Writer, s *settings, sr *scenarioReport) {
 	if r := cols[0].defRetries; r != nil && r.Timeline.Event != nil {
 		during = fmt.Sprintf(" (+%.1f to +%.1f)", *r.Timeline.Event, r.Timeline.DuringEnd)
 	}
-	t.row("latency of successful commands, ms (MaxRetries 3 run); (×n) = n times maint's")
+	t.row("latency of successful commands from their scheduled start, ms (MaxRetries 3 run); (×n) = n times maint's")
 	perRun("  commands measured before / during", def, func(r *runResult) string {
 		return fmt.Sprintf("%d / %d", r.Before.Count, r.During.Count)
+	})
+	perRun("  started late by the generator, p99 before / during", def, func(r *runResult) string {
+		return fmtMs(r.Before.LagP99) + " / " + fmtMs(r.During.LagP99)
 	})
 	for _, phase := range []string{"before", "during"} {
 		for _, q := range []string{"p50", "p99", "max"} {
@@ -210,7 +219,25 @@ func printScenario(w io.Writer, s *settings, sr *scenarioReport) {
 				"instead of failing them: they are the slow ones in its \"during\" latency.\n", r.Maint.Held)
 		}
 	}
+	for _, c := range cols {
+		for _, r := range []*runResult{c.noRetry, c.defRetries} {
+			if r != nil && max(r.Before.LagP99, r.During.LagP99) > busyLag {
+				fmt.Fprintf(w, "\n%s, MaxRetries %d: the generator started 1%% of the commands %sms late or more: the machine was busy.\n",
+					c.kind.title(), r.MaxRetries, fmtMs(max(r.Before.LagP99, r.During.LagP99)))
+			}
+		}
+	}
 	printErrors(w, cols)
+}
+
+// notStarted reports whether any run of sr left a command unstarted.
+func notStarted(sr *scenarioReport) bool {
+	for _, r := range sr.Runs {
+		if r.NotStarted > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func hasDNS(sr *scenarioReport) bool {
@@ -329,8 +356,12 @@ func printSummary(w io.Writer, rep *report) {
 	if rep.MaintRuns == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\nmaint failed %d %s in %d runs (%d %s × MaxRetries -1 and 3).\n",
-		rep.MaintFailed, plural(rep.MaintFailed, "command", "commands"), rep.MaintRuns,
+	notStarted := ""
+	if rep.MaintNotStarted > 0 {
+		notStarted = fmt.Sprintf(" and did not start %d", rep.MaintNotStarted)
+	}
+	fmt.Fprintf(w, "\nmaint failed %d %s%s in %d runs (%d %s × MaxRetries -1 and 3).\n",
+		rep.MaintFailed, plural(rep.MaintFailed, "command", "commands"), notStarted, rep.MaintRuns,
 		len(rep.Scenarios), plural(int64(len(rep.Scenarios)), "scenario", "scenarios"))
 }
 

@@ -19,47 +19,71 @@ import (
 // resolves it to the node that serves the database.
 const host = "redis.test"
 
+// endGrace is how long the commands in flight at the end of the load may
+// take to finish before they are cancelled (and counted as unfinished).
+const endGrace = 5 * time.Second
+
 // blockingKey is the list the blocking scenario's BLPOP waits on.
 const blockingKey = "maintdemo:q"
 
-// database is one emulated Redis Enterprise database with two nodes on the
-// same port and different loopback IPs: an endpoint move changes the IP, as
-// in a real cluster.
+// database is one emulated Redis Enterprise database whose nodes listen on
+// the same port and different loopback IPs (127.0.0.2, 127.0.0.3, ...): an
+// endpoint move changes the IP, as in a real cluster. The scenarios use two
+// nodes, old and nw; the soak uses more.
 type database struct {
 	emu     *mainttest.Emulator
-	old, nw *mainttest.Endpoint
-	addr    string // host:port the clients dial
+	nodes   []*mainttest.Endpoint
+	old, nw *mainttest.Endpoint // nodes[0] and nodes[1]
+	addr    string              // host:port the clients dial
 	dials   *mainttest.Recorder
 
 	mu     sync.Mutex // guards timers
 	timers []*time.Timer
 }
 
-func openDatabase(s *settings) (*database, error) {
+// openDatabase starts an emulator with n >= 2 nodes, the first one named by
+// host in the emulator's DNS.
+func openDatabase(s *settings, n int) (*database, error) {
 	emu, err := mainttest.New(mainttest.Config{Backend: s.redis})
 	if err != nil {
 		return nil, err
 	}
-	var old, nw *mainttest.Endpoint
-	for range 20 {
-		old, err = emu.AddEndpoint("127.0.0.2:0")
-		if err != nil {
-			break
-		}
-		nw, err = emu.AddEndpoint("127.0.0.3:" + old.Port())
+	var nodes []*mainttest.Endpoint
+	for range 20 { // the port picked on 127.0.0.2 may be taken on another IP
+		nodes, err = addNodes(emu, n)
 		if err == nil {
 			break
 		}
 	}
 	if err != nil {
 		_ = emu.Close()
-		return nil, fmt.Errorf("two loopback endpoints on 127.0.0.2 and 127.0.0.3 (Linux has all of 127.0.0.0/8; "+
-			"on macOS: sudo ifconfig lo0 alias 127.0.0.2 up; sudo ifconfig lo0 alias 127.0.0.3 up): %w", err)
+		return nil, fmt.Errorf("%d loopback endpoints on 127.0.0.2 to 127.0.0.%d (Linux has all of 127.0.0.0/8; "+
+			"on macOS: sudo ifconfig lo0 alias 127.0.0.2 up, and so on): %w", n, n+1, err)
 	}
-	emu.DNS().Set(host, old.IP())
-	d := &database{emu: emu, old: old, nw: nw, addr: net.JoinHostPort(host, old.Port())}
+	emu.DNS().Set(host, nodes[0].IP())
+	d := &database{emu: emu, nodes: nodes, old: nodes[0], nw: nodes[1],
+		addr: net.JoinHostPort(host, nodes[0].Port())}
 	d.dials = mainttest.NewRecorder(emu.Dialer())
 	return d, nil
+}
+
+// addNodes adds n endpoints on 127.0.0.2, 127.0.0.3, ... with one port. On
+// failure the endpoints already added stay (unused) and the caller tries
+// again with another port.
+func addNodes(emu *mainttest.Emulator, n int) ([]*mainttest.Endpoint, error) {
+	first, err := emu.AddEndpoint("127.0.0.2:0")
+	if err != nil {
+		return nil, err
+	}
+	nodes := []*mainttest.Endpoint{first}
+	for i := 1; i < n; i++ {
+		ep, err := emu.AddEndpoint(fmt.Sprintf("127.0.0.%d:%s", i+2, first.Port()))
+		if err != nil {
+			return nil, err
+		}
+		nodes = append(nodes, ep)
+	}
+	return nodes, nil
 }
 
 // after runs f after delay, unless the database is closed first.
@@ -80,10 +104,14 @@ func (d *database) close() {
 
 // runResult is what one client did in one scenario with one retry setting.
 type runResult struct {
-	Client     string        `json:"client"`
-	MaxRetries int           `json:"max_retries"`
-	OK         int64         `json:"ok"`
-	Failed     int64         `json:"failed"`
+	Client     string `json:"client"`
+	MaxRetries int    `json:"max_retries"`
+	OK         int64  `json:"ok"`
+	Failed     int64  `json:"failed"`
+	// NotStarted counts commands due while --goroutines were in flight.
+	NotStarted int64 `json:"not_started"`
+	// Unfinished counts commands still in flight endGrace after the end.
+	Unfinished int64         `json:"unfinished"`
 	Errors     []errorCount  `json:"errors,omitempty"`
 	Timeline   timeline      `json:"timeline"`
 	Before     latency       `json:"latency_before"`
@@ -107,6 +135,9 @@ type latency struct {
 	P50   float64 `json:"p50_ms"`
 	P99   float64 `json:"p99_ms"`
 	Max   float64 `json:"max_ms"`
+	// LagP99 is how late the load generator started the commands, p99: it
+	// is part of the latencies above (they run from the scheduled start).
+	LagP99 float64 `json:"start_lag_p99_ms"`
 }
 
 // timeline holds the moments of a run in seconds from the start of the load
@@ -169,7 +200,7 @@ type runner struct {
 // default) against a fresh emulated database.
 func (rn *runner) run(sc *scenario, k clientKind, maxRetries int) (*runResult, error) {
 	s := rn.s
-	d, err := openDatabase(s)
+	d, err := openDatabase(s, 2)
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +237,7 @@ func (rn *runner) run(sc *scenario, k clientKind, maxRetries int) (*runResult, e
 	span := sc.span(s)
 	total := s.runLength(sc)
 	start := time.Now()
-	l := startLoad(rdb, s.goroutines, s.rate, start)
+	l := startLoad(setGet(rdb), s.rate, s.goroutines, start, start.Add(total), nil)
 	stopProgress := rn.prog.start(fmt.Sprintf("%-14s %-17s MaxRetries %2s", sc.name, k.title(), retriesLabel(maxRetries)), start, total, l)
 
 	var blk *blockingCall
@@ -237,17 +268,14 @@ func (rn *runner) run(sc *scenario, k clientKind, maxRetries int) (*runResult, e
 	sleepUntil(start.Add(s.before))
 	eventAt := time.Now()
 	sc.trigger(d, s)
-	sleepUntil(start.Add(total))
-	l.stop()
+	l.wait(endGrace)
 	blkCancel()
 	<-blkDone
 	stopProgress()
 
 	r := &runResult{Client: k.String(), MaxRetries: effectiveRetries(maxRetries), kind: k,
-		OK: l.ok.Load(), Failed: l.failed.Load()}
-	l.mu.Lock()
-	r.Errors = l.errs.list()
-	l.mu.Unlock()
+		OK: l.ok.Load(), Failed: l.failed.Load(), NotStarted: l.notStarted.Load(), Unfinished: l.unfinished.Load(),
+		Errors: l.errors()}
 	if blk != nil {
 		pushedAt := (s.before + s.window + blockingPushAfter).Seconds()
 		blk.PushedAt = &pushedAt
@@ -262,8 +290,8 @@ func (rn *runner) run(sc *scenario, k clientKind, maxRetries int) (*runResult, e
 		}
 	}
 	evOff := eventAt.Sub(start)
-	r.Before = latencyStats(l.latencies(0, evOff))
-	r.During = latencyStats(l.latencies(evOff, evOff+span))
+	r.Before = l.latency(0, evOff)
+	r.During = l.latency(evOff, evOff+span)
 	r.Timeline = rn.timeline(d, sc, start, eventAt)
 	r.Timeline.LoadEnd = total.Seconds()
 	r.Timeline.DuringEnd = (evOff + span).Seconds()

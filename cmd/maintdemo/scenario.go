@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -133,7 +134,10 @@ func parseScenarios(list string) ([]*scenario, error) {
 			}
 		}
 		if !found {
-			return nil, fmt.Errorf("unknown scenario %q (choose from %s, or all)", name, strings.Join(scenarioNames(), ", "))
+			if name == "soak" {
+				return nil, errors.New("soak runs alone: --scenario soak")
+			}
+			return nil, fmt.Errorf("unknown scenario %q (choose from %s, or all; or soak alone)", name, strings.Join(scenarioNames(), ", "))
 		}
 	}
 	return out, nil
