@@ -116,6 +116,9 @@ type Stats struct {
 	Unsupported   uint64 // endpoints that refused the opt-in handshake
 	// RefusedSuccessors counts MOVING successors refused by the policy.
 	RefusedSuccessors uint64
+	// PoolRetries counts the further pool turns given to commands that
+	// timed out waiting for a connection while a node was relaxed.
+	PoolRetries uint64
 	// Handshakes counts opt-ins maint wrote behind go-redis's HELLO;
 	// HandshakeErrors the ones answered with an error other than "no
 	// support" (not remembered).
@@ -139,12 +142,13 @@ func (s *Stats) add(o Stats) {
 	s.Relaxations += o.Relaxations
 	s.Unsupported += o.Unsupported
 	s.RefusedSuccessors += o.RefusedSuccessors
+	s.PoolRetries += o.PoolRetries
 	s.Handshakes += o.Handshakes
 	s.HandshakeErrors += o.HandshakeErrors
 }
 
 type counters struct {
-	handshakes, handshakeErrors,
+	handshakes, handshakeErrors, poolRetries,
 	notifications, malformed, replayed, oversize, refusedSuccessors, handoffs, retired, closedAtCap, busyAtCap, owedAtCap,
 	doomed, held, heldTimeouts, relaxations, unsupported atomic.Uint64
 }
@@ -167,6 +171,7 @@ func (c *counters) snapshot() Stats {
 		Unsupported:   c.unsupported.Load(),
 
 		RefusedSuccessors: c.refusedSuccessors.Load(),
+		PoolRetries:       c.poolRetries.Load(),
 		Handshakes:        c.handshakes.Load(),
 		HandshakeErrors:   c.handshakeErrors.Load(),
 	}

@@ -2,6 +2,7 @@ package maint
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -45,6 +46,10 @@ type Maint struct {
 	// database), so that a copy or a late copy changes nothing. Guarded by
 	// mu; bounded (see seen.go).
 	seen seenMovings
+	// relaxedUntil is the latest end (mono) of any node's relaxation,
+	// never lowered early: while it lasts, a command that timed out waiting
+	// for a pool connection is given another turn (see poolRetry).
+	relaxedUntil atomic.Int64
 	// registered counts registrations, to sweep idle nodes now and then.
 	registered uint64
 	// hs is what each endpoint answered to the opt-in (handshake.go).
@@ -105,8 +110,30 @@ func (m *Maint) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 				return err
 			}
 		}
-		return next(ctx, cmd)
+		err := next(ctx, cmd)
+		if err != nil && errors.Is(err, redis.ErrPoolTimeout) {
+			err = m.poolRetry(ctx, func() error { return next(ctx, cmd) }, err)
+		}
+		return err
 	}
+}
+
+// poolRetry gives a command that timed out waiting for a pool connection
+// more turns while some node is relaxed: relaxation keeps connections busy
+// with slow replies for longer than go-redis's PoolTimeout (ReadTimeout +
+// 1s by default) expects, and the command was never written, so another
+// turn cannot run it twice. Bounded by the command's context and the
+// relaxed timeout.
+func (m *Maint) poolRetry(ctx context.Context, again func() error, err error) error {
+	if m.s.relaxed <= 0 {
+		return err
+	}
+	deadline := time.Now().Add(m.s.relaxed)
+	for errors.Is(err, redis.ErrPoolTimeout) && m.anyRelaxed() && ctx.Err() == nil && time.Now().Before(deadline) && !m.stopped.Load() {
+		m.c.poolRetries.Add(1)
+		err = again()
+	}
+	return err
 }
 
 // ProcessPipelineHook is ProcessHook for pipelines and transactions: the
@@ -121,7 +148,11 @@ func (m *Maint) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 				return err
 			}
 		}
-		return next(ctx, cmds)
+		err := next(ctx, cmds)
+		if err != nil && errors.Is(err, redis.ErrPoolTimeout) {
+			err = m.poolRetry(ctx, func() error { return next(ctx, cmds) }, err)
+		}
+		return err
 	}
 }
 

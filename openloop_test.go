@@ -92,3 +92,41 @@ func TestHeldBurstReleasedOntoASmallPool(t *testing.T) {
 	_, released := ev.first(maint.EventRelease)
 	assert.True(t, released)
 }
+
+// While a node is relaxed, its connections stay busy with slow replies for
+// longer than go-redis's PoolTimeout expects: a command that timed out
+// waiting for a pool connection (it was never written) gets more turns,
+// bounded by its context and the relaxed timeout, instead of failing.
+func TestPoolTimeoutDuringRelaxationIsRetried(t *testing.T) {
+	e := newEnv(t)
+	opt := e.options(2)
+	opt.ReadTimeout = 300 * time.Millisecond
+	opt.PoolTimeout = 200 * time.Millisecond
+	rdb, m, _ := e.client(routes[0], opt, maint.WithRelaxedTimeout(3*time.Second))
+	ctx := context.Background()
+	assert.NoError(t, rdb.Ping(ctx).Err())
+	e.old.SetMaintLatency(600 * time.Millisecond)
+	e.old.Migrating(0, `["1"]`)
+	waitFor(t, "relaxation", 10*time.Second, func() bool {
+		_ = rdb.Ping(ctx).Err() // reads the MIGRATING
+		return m.Stats().Relaxations > 0
+	})
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	errs := sync.Map{}
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := rdb.Ping(ctx).Err(); err != nil {
+				failed.Add(1)
+				errs.Store(err.Error(), true)
+			}
+		}()
+	}
+	wg.Wait()
+	var es []string
+	errs.Range(func(k, _ any) bool { es = append(es, k.(string)); return true })
+	assert.Zero(t, failed.Load(), "failed: %v", es)
+	assert.NotZero(t, m.Stats().PoolRetries, "some commands waited more than one pool timeout")
+}

@@ -73,7 +73,9 @@ func (m *Maint) relax(n *node, nt resp.Notification) {
 	n.ops = append(n.ops, op{kind: nt.Kind, seq: nt.Seq, shards: opShards(nt), capAt: now + int64(m.s.relaxCap)})
 	n.updateRelaxLocked(now)
 	open := len(n.ops)
+	until := n.relaxUntil.Load()
 	n.mu.Unlock()
+	m.noteRelaxed(until)
 
 	n.epoch.Add(1)
 	for _, c := range n.snapshot() {
@@ -156,6 +158,23 @@ func (n *node) updateRelaxLocked(now mono) {
 		until = 0
 	}
 	n.relaxUntil.Store(until)
+}
+
+// noteRelaxed raises the Maint-wide end of relaxation (see
+// Maint.relaxedUntil) to until.
+func (m *Maint) noteRelaxed(until mono) {
+	for {
+		cur := m.relaxedUntil.Load()
+		if until <= cur || m.relaxedUntil.CompareAndSwap(cur, until) {
+			return
+		}
+	}
+}
+
+// anyRelaxed reports whether some node of m may be relaxed now.
+func (m *Maint) anyRelaxed() bool {
+	u := m.relaxedUntil.Load()
+	return u != 0 && monoNow() < u
 }
 
 // relaxingAt reports whether n's timeouts are relaxed at now.
