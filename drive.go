@@ -93,7 +93,7 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 
 	now := monoNow()
 	m.mu.Lock()
-	if e, ok := m.seen.lookup(nt.Seq); ok {
+	if e, ok := m.seen.lookup(nt.Seq, t.addr, n.key); ok {
 		m.mu.Unlock()
 		m.movingCopy(c, nt, e)
 		return
@@ -109,7 +109,7 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 		cur.adopt(c)
 		return
 	}
-	m.seen.add(nt.Seq, n.key, window, now)
+	m.seen.add(nt.Seq, n.key, t.addr, window, now)
 	gen := m.gen.Add(1)
 
 	start := time.Now()
