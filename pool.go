@@ -222,15 +222,11 @@ func (m *Maint) refuses(holding bool) bool { return !holding || !m.hooked.Load()
 // it left because a reply was owed.
 func (m *Maint) closeRetired(n *node, final bool) (closed, blocking, owed int) {
 	for _, c := range n.snapshot() {
-		if !c.draining() {
-			continue
-		}
-		ok, b := c.closable()
-		if !ok {
+		cl, b, o := c.closeIfClosable(ErrDrainCap)
+		switch {
+		case o:
 			owed++
-			continue
-		}
-		if c.closeWith(ErrDrainCap) {
+		case cl:
 			closed++
 			if b {
 				blocking++
