@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -216,6 +217,10 @@ const (
 	stateFenced
 	stateRetired
 	stateClosed
+	// stateClosing: the drain cap is deciding whether a fenced or retired
+	// connection may be closed (see closeIfClosable); it goes back to its
+	// state or on to closed.
+	stateClosing
 )
 
 // conn wraps every connection of the client. Reading, it removes maintenance
@@ -386,12 +391,20 @@ func (c *conn) readErr(err error) error {
 func (c *conn) Write(p []byte) (int, error) {
 	c.checking.Store(false)
 	if k := c.wr.Feed(p); k > 0 {
-		c.written.Add(uint64(k))
+		// lastBlocking before written: whoever sees the new count sees
+		// what the last command is.
 		if b := c.wr.LastBlocking(); b != c.lastBlocking.Load() {
 			c.lastBlocking.Store(b)
 		}
+		c.written.Add(uint64(k))
 	} else if c.wr.Lost() && !c.lost.Load() {
 		c.lost.Store(true)
+	}
+	// Counted, then the state read: a close at the drain cap either sees the
+	// command (and leaves the connection open) or is seen here, and the
+	// command stays off the wire (see closeIfClosable).
+	if s := c.state.Load(); s >= stateClosed && c.closedUnder() {
+		return 0, c.readErr(net.ErrClosed)
 	}
 	if !c.m.sawCheck.Load() {
 		c.m.noteUnchecked(c)
@@ -418,6 +431,49 @@ func (c *conn) owed() int64 {
 		return 0
 	}
 	return w - r
+}
+
+// closedUnder waits out a drain-cap decision under way and reports whether
+// the connection is closed.
+func (c *conn) closedUnder() bool {
+	for {
+		switch c.state.Load() {
+		case stateClosing:
+			runtime.Gosched()
+		case stateClosed:
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// closeIfClosable closes a fenced or retired connection if maint may (see
+// closable), and reports whether this call closed it, whether a blocking
+// command was in flight, and whether it was left open for an owed reply.
+// The decision and a concurrent Write are ordered: the state is marked
+// closing before what is owed is read, and Write counts a command before it
+// reads the state, so either the decision sees the command or Write sees the
+// close and keeps the command off the wire. Without that, a command written
+// between the decision and the socket's close would have its reply cut and
+// go-redis would run it again.
+func (c *conn) closeIfClosable(why error) (closed, blocking, owed bool) {
+	var s uint32
+	for {
+		s = c.state.Load()
+		if s != stateFenced && s != stateRetired {
+			return false, false, false
+		}
+		if c.state.CompareAndSwap(s, stateClosing) {
+			break
+		}
+	}
+	ok, b := c.closable()
+	if !ok {
+		c.state.CompareAndSwap(stateClosing, s) // unless go-redis closed it meanwhile
+		return false, false, true
+	}
+	return c.closeWith(why), b, false
 }
 
 // closable reports whether maint may close the connection without making
@@ -470,16 +526,28 @@ func (c *conn) closeWith(why error) bool {
 // retire takes the connection out of circulation (refuse) or fences it; it
 // reports whether this call changed its state.
 func (c *conn) retire(refuse bool) bool {
-	if !refuse {
-		return c.state.CompareAndSwap(stateActive, stateFenced)
+	for {
+		switch s := c.state.Load(); {
+		case s == stateClosing:
+			runtime.Gosched() // a drain-cap decision: wait for its outcome
+		case s == stateActive && !refuse:
+			if c.state.CompareAndSwap(s, stateFenced) {
+				return true
+			}
+		case (s == stateActive || s == stateFenced) && refuse:
+			if c.state.CompareAndSwap(s, stateRetired) {
+				return true
+			}
+		default:
+			return false
+		}
 	}
-	return c.state.CompareAndSwap(stateActive, stateRetired) || c.state.CompareAndSwap(stateFenced, stateRetired)
 }
 
 // draining reports whether the connection is fenced or retired.
 func (c *conn) draining() bool {
 	s := c.state.Load()
-	return s == stateFenced || s == stateRetired
+	return s == stateFenced || s == stateRetired || s == stateClosing
 }
 
 // LocalAddr returns the local address.

@@ -93,7 +93,7 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 
 	now := monoNow()
 	m.mu.Lock()
-	if e, ok := m.seen.lookup(nt.Seq); ok {
+	if e, ok := m.seen.lookup(nt.Seq, t.addr, n.key); ok {
 		m.mu.Unlock()
 		m.movingCopy(c, nt, e)
 		return
@@ -109,7 +109,7 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 		cur.adopt(c)
 		return
 	}
-	m.seen.add(nt.Seq, n.key, window, now)
+	m.seen.add(nt.Seq, n.key, t.addr, window, now)
 	gen := m.gen.Add(1)
 
 	start := time.Now()
@@ -496,6 +496,15 @@ func (r *run) apply(act handoff.Action) {
 	}
 	if act.Has(handoff.Finish) {
 		if retired, _ := r.h.Retired(); retired && !r.superseded() {
+			// A hold that ran out of budget leaves the old connections
+			// fenced: the handoff is over, they are refused from now on (a
+			// fenced connection would be handed out, with its deadlines
+			// floored, for the rest of its life).
+			for _, c := range r.n.snapshot() {
+				if c.state.Load() == stateFenced {
+					m.retireConn(c, true)
+				}
+			}
 			// Connections left open at the cap for a reply that has come
 			// since: idle now, closed before the server closes them.
 			m.closeRetired(r.n, true)

@@ -61,10 +61,14 @@ func (c *conn) prepareHandshake(ctx context.Context, tlsOn bool) {
 			m.mu.Unlock()
 			return
 		}
-		ch := st.pending
+		ch, ok := st.pending, st.ok
 		m.mu.Unlock()
-		if ch == nil || waited {
-			break // supported: every connection opts in
+		if ch == nil || ok || waited {
+			// Supported (or already waited once): every connection opts in.
+			// A leader may never send its opt-in (go-redis initialises idle
+			// connections lazily), so an answer known from another
+			// connection is not waited for again.
+			break
 		}
 		t := time.NewTimer(handshakeWait)
 		select {

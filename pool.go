@@ -18,6 +18,9 @@ type target struct {
 	// wrapped *tls.Conn), so that a successor could not be verified.
 	tlsOn, opaque, warnedOpaque atomic.Bool
 	lastUse                     atomic.Int64 // mono: the last dial
+	// conns counts the target's open connections: a target is never
+	// forgotten under them (a MOVING they read pins its successor here).
+	conns atomic.Int64
 }
 
 // tlsOpaque reports whether the target uses TLS through connections whose
@@ -106,6 +109,7 @@ func (m *Maint) register(c *conn, key string) {
 	n.mu.Lock()
 	n.conns[c] = struct{}{}
 	c.n = n
+	c.t.conns.Add(1)
 	r := n.run.Load()
 	n.mu.Unlock()
 	if m.registered++; m.registered%64 == 0 {
@@ -122,6 +126,7 @@ func (m *Maint) register(c *conn, key string) {
 // with every address a client ever reached.
 func (m *Maint) unregister(c *conn) {
 	n := c.n
+	c.t.conns.Add(-1)
 	n.mu.Lock()
 	delete(n.conns, c)
 	empty := len(n.conns) == 0
@@ -145,15 +150,15 @@ func (m *Maint) forgetIdleLocked(n *node) {
 }
 
 // sweepLocked forgets every idle node (a node kept while it was relaxed
-// is idle once relaxation ends), and every target with nothing to remember
-// that was not dialled for a while. m.mu is held.
+// is idle once relaxation ends), and every target with no connection and
+// nothing to remember that was not dialled for a while. m.mu is held.
 func (m *Maint) sweepLocked() {
 	for _, n := range m.nodes {
 		m.forgetIdleLocked(n)
 	}
 	now := monoNow()
 	for k, t := range m.targets {
-		if t.pin.Load() == nil && now-t.lastUse.Load() > int64(targetIdle) {
+		if t.pin.Load() == nil && t.conns.Load() == 0 && now-t.lastUse.Load() > int64(targetIdle) {
 			delete(m.targets, k)
 		}
 	}
@@ -222,15 +227,11 @@ func (m *Maint) refuses(holding bool) bool { return !holding || !m.hooked.Load()
 // it left because a reply was owed.
 func (m *Maint) closeRetired(n *node, final bool) (closed, blocking, owed int) {
 	for _, c := range n.snapshot() {
-		if !c.draining() {
-			continue
-		}
-		ok, b := c.closable()
-		if !ok {
+		cl, b, o := c.closeIfClosable(ErrDrainCap)
+		switch {
+		case o:
 			owed++
-			continue
-		}
-		if c.closeWith(ErrDrainCap) {
+		case cl:
 			closed++
 			if b {
 				blocking++

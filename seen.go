@@ -16,12 +16,20 @@ import "time"
 // id is compared only with the ids still remembered, never with a
 // high-water mark, so a restarted sequence is acted on as soon as the old
 // entries have expired, and at once for every id it has not reused.
+//
+// Ids are per database, and one Maint may serve clients of several
+// databases (M14): an entry is a copy only for a MOVING read by a connection
+// of the same target (the address a client dials: one database) or of the
+// same node (one database's endpoint). The same id from another database is a
+// MOVING of its own.
 type seenMovings struct {
-	m map[int64]seenMoving
+	m map[int64][]seenMoving
+	n int // entries, over every id
 }
 
 type seenMoving struct {
 	node    string // the node whose MOVING it was
+	target  string // the address dialled by the connection that read it
 	forget  mono   // when the entry may go
 	created mono
 }
@@ -33,39 +41,62 @@ const seenAfterWindow = 2 * time.Minute
 // maxSeen bounds the entries kept.
 const maxSeen = 1024
 
-// lookup returns the entry for seq.
-func (s *seenMovings) lookup(seq int64) (seenMoving, bool) {
-	e, ok := s.m[seq]
-	return e, ok
+// lookup returns the entry for seq read through target or on node.
+func (s *seenMovings) lookup(seq int64, target, node string) (seenMoving, bool) {
+	for _, e := range s.m[seq] {
+		if e.target == target || e.node == node {
+			return e, true
+		}
+	}
+	return seenMoving{}, false
 }
 
-// add remembers seq, for a MOVING of node whose window ends in window.
-func (s *seenMovings) add(seq int64, node string, window time.Duration, now mono) {
+// add remembers seq, for a MOVING of node read through target, whose window
+// ends in window.
+func (s *seenMovings) add(seq int64, node, target string, window time.Duration, now mono) {
 	if s.m == nil {
-		s.m = make(map[int64]seenMoving)
+		s.m = make(map[int64][]seenMoving)
 	}
 	s.prune(now)
-	if len(s.m) >= maxSeen {
+	if s.n >= maxSeen {
 		var oldest int64
-		first := true
-		for k, e := range s.m {
-			if first || e.created < s.m[oldest].created {
-				oldest, first = k, false
+		at, first := 0, true
+		for k, es := range s.m {
+			for i, e := range es {
+				if first || e.created < s.m[oldest][at].created {
+					oldest, at, first = k, i, false
+				}
 			}
 		}
-		delete(s.m, oldest)
+		s.drop(oldest, at)
 	}
-	s.m[seq] = seenMoving{node: node, forget: now + int64(window+seenAfterWindow), created: now}
+	s.m[seq] = append(s.m[seq], seenMoving{node: node, target: target, forget: now + int64(window+seenAfterWindow), created: now})
+	s.n++
+}
+
+// drop forgets the i-th entry of seq.
+func (s *seenMovings) drop(seq int64, i int) {
+	es := s.m[seq]
+	es = append(es[:i:i], es[i+1:]...)
+	if len(es) == 0 {
+		delete(s.m, seq)
+	} else {
+		s.m[seq] = es
+	}
+	s.n--
 }
 
 // prune forgets the entries whose time has come.
 func (s *seenMovings) prune(now mono) {
-	for k, e := range s.m {
-		if e.forget <= now {
-			delete(s.m, k)
+	for k, es := range s.m {
+		for i := len(es) - 1; i >= 0; i-- {
+			if es[i].forget <= now {
+				s.drop(k, i)
+				es = s.m[k]
+			}
 		}
 	}
 }
 
 // len is the number of entries, for tests of bounded memory.
-func (s *seenMovings) len() int { return len(s.m) }
+func (s *seenMovings) len() int { return s.n }
