@@ -390,7 +390,8 @@ func (c *conn) readErr(err error) error {
 // writes maint's opt-in (handshake.go).
 func (c *conn) Write(p []byte) (int, error) {
 	c.checking.Store(false)
-	if k := c.wr.Feed(p); k > 0 {
+	k := c.wr.Feed(p)
+	if k > 0 {
 		// lastBlocking before written: whoever sees the new count sees
 		// what the last command is.
 		if b := c.wr.LastBlocking(); b != c.lastBlocking.Load() {
@@ -413,7 +414,7 @@ func (c *conn) Write(p []byte) (int, error) {
 		c.sub.Store(true)
 	}
 	if c.inject != nil {
-		n, err := c.writeFirst(p)
+		n, err := c.writeFirst(p, k)
 		return n, c.readErr(err)
 	}
 	n, err := c.raw.Write(p)

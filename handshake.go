@@ -172,16 +172,18 @@ func (m *Maint) pruneHSLocked(now mono) {
 // hsForget is how long an endpoint's last answer is remembered.
 const hsForget = 10 * time.Minute
 
-// writeFirst writes go-redis's first command, and the opt-in behind it
-// when that command is HELLO 3.
-func (c *conn) writeFirst(p []byte) (int, error) {
+// writeFirst writes go-redis's first write (commands commands), and the
+// opt-in behind it when the write starts with HELLO 3.
+func (c *conn) writeFirst(p []byte, commands int) (int, error) {
 	cmd := c.inject
 	c.inject = nil
-	if !isHello3(p) {
+	if commands < 1 || !isHello3(p) {
 		c.m.leadGone(c) // no RESP3 here: nobody waits for this one
 		return c.raw.Write(p)
 	}
-	c.rd.DropReply(1) // HELLO's reply is go-redis's; the next one is ours
+	// The replies to the commands of p are go-redis's (HELLO alone, in
+	// go-redis v9.23: TestGoRedisWritesHelloFirst); the next one is ours.
+	c.rd.DropReply(commands)
 	n, err := c.raw.Write(p)
 	if err != nil {
 		return n, err
