@@ -341,14 +341,7 @@ func CapFor(relaxed, remaining time.Duration) time.Duration {
 // the close of the idle connections; any longer moves work off a node that
 // still serves it.
 func LastCallLead(window time.Duration) time.Duration {
-	lead := window / 4
-	if lead < 250*time.Millisecond {
-		lead = 250 * time.Millisecond
-	}
-	if lead > 2*time.Second {
-		lead = 2 * time.Second
-	}
-	return lead
+	return clamp(window/4, 250*time.Millisecond, 2*time.Second)
 }
 
 // CloseGrace is how long after the window's end a draining handoff lasts:
@@ -358,26 +351,15 @@ func LastCallLead(window time.Duration) time.Duration {
 // first command. Until the grace has passed, such a landing is doomed. An
 // eighth of the window, between 100ms and 1s.
 func CloseGrace(window time.Duration) time.Duration {
-	g := window / 8
-	if g < 100*time.Millisecond {
-		g = 100 * time.Millisecond
-	}
-	if g > time.Second {
-		g = time.Second
-	}
-	return g
+	return clamp(window/8, 100*time.Millisecond, time.Second)
 }
+
+// clamp returns d within [lo, hi].
+func clamp(d, lo, hi time.Duration) time.Duration { return min(max(d, lo), hi) }
 
 // ProbeInterval is how often DNS is asked, during a null-endpoint window,
 // whether it still names the retiring node: a tenth of the window, between
 // 100ms and 1s (the seed design's one-second probe, scaled for short windows).
 func ProbeInterval(window time.Duration) time.Duration {
-	d := window / 10
-	if d < 100*time.Millisecond {
-		d = 100 * time.Millisecond
-	}
-	if d > time.Second {
-		d = time.Second
-	}
-	return d
+	return clamp(window/10, 100*time.Millisecond, time.Second)
 }
