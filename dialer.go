@@ -127,10 +127,9 @@ func (m *Maint) dialWith(next dialFunc, o dialOpts) dialFunc {
 					return nil, err
 				}
 				continue
-			} else {
-				for _, r := range replaced {
-					r.sawReplacement(remote)
-				}
+			}
+			for _, r := range replaced {
+				r.sawReplacement(remote)
 			}
 			c := m.wrap(t, raw, remote)
 			if opts.inject {
@@ -500,13 +499,16 @@ func (c *conn) closable() (ok, blocking bool) {
 // Close closes the connection and forgets it.
 func (c *conn) Close() error {
 	var err error
-	c.closeOnce.Do(func() {
-		c.state.Store(stateClosed)
-		c.m.unregister(c)
-		c.m.leadGone(c)
-		err = c.raw.Close()
-	})
+	c.closeOnce.Do(func() { err = c.shut() })
 	return err
+}
+
+// shut closes the connection and forgets it: Close and closeWith, once.
+func (c *conn) shut() error {
+	c.state.Store(stateClosed)
+	c.m.unregister(c)
+	c.m.leadGone(c)
+	return c.raw.Close()
 }
 
 // closeWith closes the connection on the Maint's initiative, so that a read
@@ -516,10 +518,7 @@ func (c *conn) closeWith(why error) bool {
 	closed := false
 	c.closeOnce.Do(func() {
 		closed = true
-		c.state.Store(stateClosed)
-		c.m.unregister(c)
-		c.m.leadGone(c)
-		_ = c.raw.Close()
+		_ = c.shut()
 	})
 	return closed
 }
