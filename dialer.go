@@ -107,7 +107,8 @@ func (m *Maint) dialWith(next dialFunc, o dialOpts) dialFunc {
 			if remote != "" {
 				t.lastRemote.Store(&remote)
 			}
-			if r, replaced := m.judge(t, remote); r != nil {
+			r, replaced := m.judge(t, remote)
+			if r != nil {
 				_ = raw.Close()
 				m.c.doomed.Add(1)
 				m.emit(Event{Kind: EventDoomed, Node: r.n.key, Seq: r.seq, Detail: "landed on " + remote})
