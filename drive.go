@@ -124,7 +124,7 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), changed: make(chan struct{}),
 		probed: make(chan bool, 1)}
 	prev := n.run.Swap(r)
-	m.setRunsLocked(prev, r)
+	swapIn(&m.runs, prev, r)
 	// A pin to this node (an earlier MOVING named it) is kept: the node
 	// still serves until its own last call, and the configured address may
 	// lead nowhere meanwhile (DNS naming a node that has moved away). A dial
@@ -167,39 +167,11 @@ func (m *Maint) movingCopy(c *conn, nt resp.Notification, e seenMoving) {
 	}
 }
 
-// setRunsLocked replaces prev (if any) by r (if any) in the set of
-// handoffs in progress. m.mu is held.
-func (m *Maint) setRunsLocked(prev, r *run) {
-	var rs []*run
-	if cur := m.runs.Load(); cur != nil {
-		for _, x := range *cur {
-			if x != prev {
-				rs = append(rs, x)
-			}
-		}
-	}
-	if r != nil {
-		rs = append(rs, r)
-	}
-	if len(rs) == 0 {
-		m.runs.Store(nil)
-	} else {
-		m.runs.Store(&rs)
-	}
-}
-
 // endRun removes r from the handoffs in progress, if it is still there.
 func (m *Maint) endRun(r *run) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if cur := m.runs.Load(); cur != nil {
-		for _, x := range *cur {
-			if x == r {
-				m.setRunsLocked(r, nil)
-				break
-			}
-		}
-	}
+	swapIn(&m.runs, r, nil)
 	r.n.run.CompareAndSwap(r, nil)
 	m.forgetIdleLocked(r.n)
 }

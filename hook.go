@@ -170,32 +170,38 @@ func (h *hold) release() { h.once.Do(func() { close(h.released) }) }
 func (m *Maint) addHold(h *hold) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var hs []*hold
-	if cur := m.holds.Load(); cur != nil {
-		hs = append(hs, *cur...)
-	}
-	hs = append(hs, h)
-	m.holds.Store(&hs)
+	swapIn(&m.holds, nil, h)
 }
 
 // releaseHold ends h, and h only: another node's hold stays in force.
 func (m *Maint) releaseHold(h *hold) {
 	m.mu.Lock()
-	if cur := m.holds.Load(); cur != nil {
-		hs := make([]*hold, 0, len(*cur))
-		for _, x := range *cur {
-			if x != h {
-				hs = append(hs, x)
-			}
-		}
-		if len(hs) == 0 {
-			m.holds.Store(nil)
-		} else {
-			m.holds.Store(&hs)
-		}
-	}
+	swapIn(&m.holds, h, nil)
 	m.mu.Unlock()
 	h.release()
+}
+
+// swapIn replaces the copy-on-write list in p by one without drop and with
+// add (each ignored when nil), or by nil when that leaves it empty. Writers
+// hold Maint.mu; readers only load the pointer.
+func swapIn[T comparable](p *atomic.Pointer[[]T], drop, add T) {
+	var none T
+	var out []T
+	if cur := p.Load(); cur != nil {
+		for _, x := range *cur {
+			if x != drop {
+				out = append(out, x)
+			}
+		}
+	}
+	if add != none {
+		out = append(out, add)
+	}
+	if len(out) == 0 {
+		p.Store(nil)
+	} else {
+		p.Store(&out)
+	}
 }
 
 // waitHolds makes a command wait until no hold is in force, each hold

@@ -74,7 +74,7 @@ func TestReplacementSeenAtTheLastCallReleasesTheHold(t *testing.T) {
 	r := &run{m: m, n: c.n, t: tg, h: h, gen: 1, seq: 1, kick: make(chan struct{}, 1), stop: make(chan struct{}), changed: make(chan struct{})}
 	c.n.run.Store(r)
 	m.mu.Lock()
-	m.setRunsLocked(nil, r)
+	swapIn(&m.runs, nil, r)
 	m.mu.Unlock()
 
 	act := h.Tick(h.LastCall()) // the driver: Retire|Hold, not applied yet
