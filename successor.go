@@ -39,7 +39,7 @@ func (m *Maint) successor(c *conn, nt resp.Notification) string {
 			m.refuseSuccessor(c, nt.Seq, ep, "refused by AllowSuccessor")
 			return ""
 		}
-	} else if host, _, _ := net.SplitHostPort(ep); isLocal(host) && !isLocalAddr(c.n.key) {
+	} else if isLocalAddr(ep) && !isLocalAddr(c.n.key) {
 		m.refuseSuccessor(c, nt.Seq, ep, "a local address named by a remote node")
 		return ""
 	}
@@ -66,8 +66,7 @@ func (m *Maint) landing(p *pin, remote string) error {
 	if m.s.allow != nil || p.fromLocal {
 		return nil
 	}
-	host, _, err := net.SplitHostPort(remote)
-	if err != nil || !isLocal(host) {
+	if !isLocalAddr(remote) {
 		return nil
 	}
 	return fmt.Errorf("%s resolves to the local address %s", p.addr, remote)
