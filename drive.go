@@ -235,23 +235,13 @@ func (r *run) loop() {
 		select {
 		case <-timer.C:
 		case <-r.kick:
-			if !timer.Stop() {
-				select {
-				case <-timer.C:
-				default:
-				}
-			}
+			stopTimer(timer)
 		case ok := <-r.probed:
 			probeInFlight = false
 			if ok {
 				r.replaced.Store(true)
 			}
-			if !timer.Stop() {
-				select {
-				case <-timer.C:
-				default:
-				}
-			}
+			stopTimer(timer)
 		case <-r.stop:
 			r.apply(r.h.Finish())
 			return
@@ -271,6 +261,17 @@ func (r *run) loop() {
 			probeInFlight = r.m.goBackground(func() { r.probed <- r.probe() })
 		}
 		r.apply(act)
+	}
+}
+
+// stopTimer stops t and drains a tick it already sent, so that it can be
+// Reset.
+func stopTimer(t *time.Timer) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
 	}
 }
 
