@@ -215,9 +215,7 @@ func run(args []string, stdout io.Writer, stderr *os.File) int {
 		}
 	}
 	if s.json {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
+		if err := writeJSON(stdout, rep); err != nil {
 			fmt.Fprintln(stderr, "maintdemo:", err)
 			return 2
 		}
@@ -249,4 +247,11 @@ type redisLogger struct{ l *log.Logger }
 
 func (r redisLogger) Printf(_ context.Context, format string, v ...any) {
 	r.l.Printf("go-redis: "+format, v...)
+}
+
+// writeJSON prints v as the one indented JSON object of --json.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

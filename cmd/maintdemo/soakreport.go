@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -59,9 +58,7 @@ func (rn *runner) runSoak(stdout, stderr io.Writer) int {
 		}
 	}
 	if s.json {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
+		if err := writeJSON(stdout, rep); err != nil {
 			fmt.Fprintln(stderr, "maintdemo:", err)
 			return 2
 		}
