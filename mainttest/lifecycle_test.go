@@ -487,6 +487,11 @@ func TestDNSRoundRobin(t *testing.T) {
 		}
 	}
 	a.RefuseNew(false)
+	// The probes above are closed on our side; wait until the nodes have
+	// seen them go, so that the counts below are the pool's alone.
+	waitFor(t, "probe connections closed on both nodes", func() bool {
+		return a.Stats().Open == 0 && b.Stats().Open == 0
+	})
 
 	// A go-redis pool spreads over both nodes: four connections held at
 	// once, two on each.
