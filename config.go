@@ -165,8 +165,9 @@ type settings struct {
 	allow          func(string) bool
 	logf           func(string, ...any)
 	onEvent        func(Event)
-	// onSMigrated is set by Instrument on cluster nodes: reload the slot map.
-	onSMigrated func()
+	// cluster is shared by the Maints of one cluster's node clients
+	// (cluster.go); nil outside a cluster.
+	cluster *clusterState
 }
 
 func (c Config) settings() settings {

@@ -57,8 +57,8 @@ func (c *conn) onNotification(frame []byte) {
 		m.relaxEnd(c.n, nt)
 	case resp.KindSMigrated:
 		m.relaxEnd(c.n, nt)
-		if f := m.s.onSMigrated; f != nil {
-			f()
+		if cs := m.s.cluster; cs != nil {
+			cs.onSMigrated(m, c, nt)
 		}
 	}
 }
