@@ -61,7 +61,7 @@ func (c *conn) prepareHandshake(_ context.Context, tlsOn bool) {
 // no answer is known and none is awaited; otherwise after the awaited
 // answer, bounded by handshakeWait (past it, c asks anyway).
 func (m *Maint) takeTurn(c *conn) bool {
-	deadline := time.Now().Add(handshakeWait)
+	deadline := time.Now().Add(c.handshakeBound())
 	for {
 		now := monoNow()
 		m.mu.Lock()
@@ -101,6 +101,23 @@ func (m *Maint) takeTurn(c *conn) bool {
 		t.Stop()
 	}
 }
+
+// handshakeBound is how long c may wait for another connection's opt-in
+// answer: handshakeWait, or longer up to the write deadline go-redis set on
+// c (less a margin for the write itself), so that a slow server's answer
+// is waited for rather than asked again by every connection of a burst.
+func (c *conn) handshakeBound() time.Duration {
+	d := handshakeWait
+	if asked := c.wdl.asked.Load(); asked != 0 {
+		if left := time.Duration(asked-monoNow()) - handshakeMargin; left > d {
+			d = left
+		}
+	}
+	return d
+}
+
+// handshakeMargin is left of a write deadline for the write itself.
+const handshakeMargin = 200 * time.Millisecond
 
 // hsState is what a Maint knows of one endpoint's answer to the opt-in.
 // Guarded by Maint.mu.
