@@ -73,7 +73,7 @@ func (g *Group) instrumentClient(c *redis.Client) {
 	var hook redis.Hook
 	if opt.Addr == failoverAddr {
 		m = g.failoverMaint()
-		hook = failoverHook{Maint: m, o: dialOpts{tls: opt.TLSConfig != nil, inject: m.s.handshake != HandshakeOff && opt.Protocol != 2}}
+		hook = failoverHook{Maint: m, o: failoverDialOpts(m, opt.TLSConfig != nil, opt.Protocol)}
 	} else {
 		m = g.newMaint()
 		hook = m

@@ -36,9 +36,14 @@ import (
 // asks the sentinels.
 
 // failoverAddr is the address go-redis gives a FailoverClient's data-node
-// client (FailoverOptions.clientOptions): the key of its one target
-// (TestFailoverClientAddr).
+// client (FailoverOptions.clientOptions), which its dialer ignores
+// (TestContractFailoverClientAddr).
 const failoverAddr = "FailoverClient"
+
+// failoverTarget is the key of a failover Maint's one target: a host name
+// with a port, so that the handoff takes addresses to identify nodes (the
+// sentinels name the master by its address) and waits for another one.
+const failoverTarget = "sentinel-master:0"
 
 // failoverMaint returns a Maint set up for a failover client's data nodes.
 func (g *Group) failoverMaint() *Maint {
@@ -64,20 +69,33 @@ type failoverHook struct {
 	o dialOpts
 }
 
+// DialHook wraps the data nodes' dials, all under failoverTarget: go-redis
+// dials them at failoverAddr, whatever the master's address is.
 func (h failoverHook) DialHook(next redis.DialHook) redis.DialHook {
-	return h.Maint.dialWith(next, h.o)
+	d := h.Maint.dialWith(func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return next(ctx, network, failoverAddr)
+	}, h.o)
+	return func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return d(ctx, network, failoverTarget)
+	}
+}
+
+// failoverDialOpts are what the failover route knows of the data nodes'
+// connections.
+func failoverDialOpts(m *Maint, tlsOn bool, protocol int) dialOpts {
+	return dialOpts{tls: tlsOn, inject: m.s.handshake != HandshakeOff && protocol != 2}
 }
 
 // ConfigureFailover prepares FailoverOptions for a new failover client
-// (redis.NewFailoverClient) with a new Maint of the group, and returns that
-// Maint: add it to the client as a hook (rdb.AddHook(m)), or use
-// NewFailoverClient. The data nodes' connections are wrapped and opted in;
-// the sentinels' never are.
-func (g *Group) ConfigureFailover(opt *redis.FailoverOptions) *Maint {
+// (redis.NewFailoverClient) with a new Maint of the group, and returns the
+// hook to add to that client (rdb.AddHook(h)); or use NewFailoverClient.
+// The data nodes' connections are wrapped and opted in; the sentinels'
+// never are.
+func (g *Group) ConfigureFailover(opt *redis.FailoverOptions) redis.Hook {
 	m := g.failoverMaint()
 	configureFailover(g, m, opt)
 	g.add(m, nil, nil)
-	return m
+	return failoverHook{Maint: m, o: failoverDialOpts(m, opt.TLSConfig != nil, opt.Protocol)}
 }
 
 // configureFailover wraps opt's Dialer for m, unless opt is configured
@@ -95,14 +113,14 @@ func configureFailover(g *Group, m *Maint, opt *redis.FailoverOptions) {
 		tlsCfg, timeout := opt.TLSConfig, opt.DialTimeout
 		base = redis.NewDialer(&redis.Options{TLSConfig: tlsCfg, DialTimeout: timeout})
 	}
-	o := dialOpts{tls: opt.TLSConfig != nil, inject: m.s.handshake != HandshakeOff && opt.Protocol != 2}
+	o := failoverDialOpts(m, opt.TLSConfig != nil, opt.Protocol)
 	opt.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		if m.innerDial(ctx, o) || m.hooked.Load() || m.stopped.Load() || sentinels[addr] {
 			return base(ctx, network, addr)
 		}
 		// A data node dialled before the hook is in.
 		dial := func(ctx context.Context, network, _ string) (net.Conn, error) { return base(ctx, network, addr) }
-		return m.dialWith(dial, o)(ctx, network, failoverAddr)
+		return m.dialWith(dial, o)(ctx, network, failoverTarget)
 	}
 }
 
@@ -112,12 +130,15 @@ func (g *Group) NewFailoverClient(opt *redis.FailoverOptions) *redis.Client {
 	m := g.failoverMaint()
 	configureFailover(g, m, opt)
 	rdb := redis.NewFailoverClient(opt)
-	rdb.AddHook(m)
+	rdb.AddHook(failoverHook{Maint: m, o: failoverDialOpts(m, opt.TLSConfig != nil, opt.Protocol)})
 	// Probes of the data nodes go through the client's own dialer, which
-	// asks the sentinels.
+	// asks the sentinels (the connections dialled while the client was
+	// being built left a dialer to one address there).
 	if d := rdb.Options().Dialer; d != nil {
-		next := dialFunc(d)
-		m.target(failoverAddr).next.Store(&next)
+		next := dialFunc(func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return d(ctx, network, failoverAddr)
+		})
+		m.target(failoverTarget).next.Store(&next)
 	}
 	g.add(m, rdb, nil)
 	return rdb
