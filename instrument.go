@@ -118,16 +118,13 @@ func (g *Group) instrumentCluster(c *redis.ClusterClient) {
 }
 
 func (g *Group) instrumentRing(c *redis.Ring) {
+	// Ring.Options is a copy of the options given to NewRing
+	// (TestContractRingShards): shard clients this group made through
+	// ConfigureRing are recognised by client (reserve), not by options.
 	ro := c.Options()
 	g.mu.Lock()
-	ours := g.rings[ro]
-	if !ours {
-		g.watched = append(g.watched, c)
-	}
+	g.watched = append(g.watched, c)
 	g.mu.Unlock()
-	if ours {
-		return // every shard has a Maint from its creation
-	}
 	c.OnNewNode(func(node *redis.Client) { g.installNode(node, nil, true) })
 	g.coverRing(c, true)
 	g.startSweeper(ro.HeartbeatFrequency, ro.DialTimeout, ro.ReadTimeout)

@@ -2,6 +2,7 @@ package maint
 
 import (
 	"context"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,7 +48,6 @@ type Group struct {
 	// clusters are the cluster states of the ClusterOptions configured,
 	// bound to their ClusterClient by NewClusterClient or Instrument.
 	clusters map[*redis.ClusterOptions]*clusterState
-	rings    map[*redis.RingOptions]bool
 	// watched are the Rings whose shards are polled for (Instrument: shards
 	// down when it ran get a Maint once they are up).
 	watched []*redis.Ring
@@ -79,7 +79,6 @@ func NewGroup(opts ...Option) *Group {
 		opts:     append([]Option(nil), opts...),
 		byCli:    make(map[*redis.Client]*member),
 		clusters: make(map[*redis.ClusterOptions]*clusterState),
-		rings:    make(map[*redis.RingOptions]bool),
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	return g
@@ -209,9 +208,6 @@ func (g *Group) ConfigureRing(opt *redis.RingOptions) {
 	if !claimKind(g, opt) {
 		return
 	}
-	g.mu.Lock()
-	g.rings[opt] = true
-	g.mu.Unlock()
 	g.startSweeper(opt.HeartbeatFrequency, opt.DialTimeout, opt.ReadTimeout)
 	opt.NewClient = g.nodeClient(opt.NewClient, nil, true)
 }
@@ -263,12 +259,25 @@ func claimKind(g *Group, opt any) bool {
 	return false
 }
 
-// liveHook tells the sweeper that a ring shard client still runs commands:
-// the Ring's heartbeat pings every shard it holds, up or down. One atomic
-// load per command once set.
-type liveHook struct{ seen atomic.Bool }
+// liveHook tells the sweeper that a ring shard client is still in the
+// Ring: the Ring's heartbeat pings every shard it holds, up or down, and a
+// down shard's PING dials (or fails at once while its pool waits to dial
+// again). A command or a dial since the last sweep, or a dial in flight
+// (a PING to a down shard may wait in dial retries for seconds), means
+// alive. One atomic load per command once set.
+type liveHook struct {
+	seen    atomic.Bool
+	dialing atomic.Int64
+}
 
-func (h *liveHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *liveHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		h.dialing.Add(1)
+		defer h.dialing.Add(-1)
+		h.seen.Store(true)
+		return next(ctx, network, addr)
+	}
+}
 
 func (h *liveHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
@@ -365,7 +374,7 @@ func (g *Group) sweep(now time.Time) {
 		g.coverRing(r, false)
 	}
 	for _, mb := range check {
-		if mb.live.seen.Swap(false) || mb.m.openConns() > 0 {
+		if mb.live.seen.Swap(false) || mb.live.dialing.Load() > 0 || mb.m.openConns() > 0 {
 			mb.quiet = time.Time{} // only the sweeper touches quiet
 			continue
 		}

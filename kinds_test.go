@@ -113,14 +113,25 @@ func TestRingShardDownAtInstallIsWatchedOnReturn(t *testing.T) {
 	defer g.Close()
 	rng := g.NewRing(ringOptions(map[string]string{"a": e.old.Addr(), "b": e.new.Addr()}))
 	defer rng.Close()
-	time.Sleep(300 * time.Millisecond) // heartbeats fail against b
+	// Down longer than the sweeper's grace (1.5 s here): its Maint is kept,
+	// the heartbeat still reaching the shard client.
+	deadline := time.Now().Add(2500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		require.Len(t, g.Maints(), 2, "the down shard keeps its Maint")
+		time.Sleep(50 * time.Millisecond)
+	}
 	assert.Zero(t, e.new.Stats().Opened)
 	e.new.RefuseNew(false)
 	waitFor(t, "b back in the Ring", 10*time.Second, func() bool {
 		return len(ringShards(rng)) == 2
 	})
 	useRingConns(t, rng, 2)
-	allOptedIn(t, e.new, 1)
+	// go-redis's pool may have dialled a probe connection and closed it
+	// unused (tryDial): every connection open now has opted in.
+	waitFor(t, "every open connection of b opted in", 10*time.Second, func() bool {
+		st := e.new.Stats()
+		return st.Open >= 1 && st.OptedIn == st.Open
+	})
 	allOptedIn(t, e.old, 2)
 }
 
@@ -221,4 +232,22 @@ func TestUniversalMasterName(t *testing.T) {
 	}
 	assert.NotEmpty(t, s.commands())
 	assert.Len(t, g.Maints(), 1)
+}
+
+// Instrument on an existing Ring: a shard down when it ran gets a Maint
+// once it is up again, and what was dialled before is said once.
+func TestInstrumentRingShardDownGetsMaintOnReturn(t *testing.T) {
+	e := newEnv(t)
+	e.new.RefuseNew(true)
+	logs := &logLines{}
+	rng := redis.NewRing(ringOptions(map[string]string{"a": e.old.Addr(), "b": e.new.Addr()}))
+	defer rng.Close()
+	waitFor(t, "b marked down", 10*time.Second, func() bool { return len(ringShards(rng)) == 1 && e.old.Stats().Opened >= 2 })
+	g, err := maint.Instrument(rng, maint.WithLogf(logs.logf))
+	require.NoError(t, err)
+	defer g.Close()
+	assert.Len(t, g.Maints(), 1, "the shard that is up")
+	assert.Equal(t, 1, logs.count("dialled before maint was installed"), "said once")
+	e.new.RefuseNew(false)
+	waitFor(t, "a Maint for b", 10*time.Second, func() bool { return len(g.Maints()) == 2 })
 }
