@@ -2,7 +2,9 @@ package maint_test
 
 import (
 	"context"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,5 +68,64 @@ func TestColdBurstOneHandshake(t *testing.T) {
 		assert.Zero(t, app.cmdErrs.Load())
 		assert.Zero(t, app.limiterErrs.Load(), "errors reported to the Limiter")
 		assert.Equal(t, 1, logs.count("does not support"), "one log line")
+	}
+}
+
+// HandshakeRequired sends the opt-in on the wire too: the application's
+// hook, added after maint's, never sees it as a command; against an
+// endpoint that accepts, it counts no error, with or without go-redis's
+// CLIENT SETINFO behind HELLO. Against one that refuses, the application's
+// commands fail with maint's error, and the hook still never sees the
+// handshake itself.
+func TestRequiredHandshakeNeverReachesHooks(t *testing.T) {
+	for _, identity := range []bool{true, false} {
+		for _, refuse := range []bool{false, true} {
+			e := newEnv(t)
+			e.old.SetUnsupported(refuse)
+			g := maint.NewGroup(maint.WithLogf(t.Logf), maint.WithHandshake(maint.HandshakeRequired))
+			app := &errorCounter{}
+			opt := e.options(8)
+			opt.DisableIdentity = !identity // miniredis refuses CLIENT SETINFO: with it, go-redis ignores that error
+			rdb := g.NewClient(opt)
+			rdb.AddHook(app)
+			var wg sync.WaitGroup
+			var failed atomic.Int64
+			for i := 0; i < 8; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for j := 0; j < 10; j++ {
+						if err := rdb.Set(context.Background(), "k", j, 0).Err(); err != nil {
+							failed.Add(1)
+							assert.Contains(t, err.Error(), "maint:")
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			_, sawHandshake := app.names.Load("client")
+			assert.False(t, sawHandshake, "the hook never sees maint's handshake (identity %v, refuse %v)", identity, refuse)
+			app.names.Range(func(k, _ any) bool {
+				if !refuse {
+					assert.NotContains(t, strings.ToLower(k.(string)), "maint_notifications", "the hook saw %q", k)
+				}
+				return true
+			})
+			if refuse {
+				assert.EqualValues(t, 80, failed.Load(), "required: every command fails against an endpoint that refuses")
+				assert.Equal(t, 1, e.old.Stats().Handshakes, "asked once")
+			} else {
+				assert.Zero(t, failed.Load())
+				if !identity { // miniredis refuses go-redis's own CLIENT SETINFO, which the hook sees
+					assert.Zero(t, app.hookErrs.Load(), "errors seen by a hook after maint's")
+				}
+				waitFor(t, "every connection opted in", 5*time.Second, func() bool {
+					st := e.old.Stats()
+					return st.OptedIn == st.Opened
+				})
+			}
+			require.NoError(t, rdb.Close())
+			require.NoError(t, g.Close())
+		}
 	}
 }

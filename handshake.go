@@ -125,6 +125,7 @@ type hsState struct {
 	pending      chan struct{} // closed when the leading opt-in is answered (or its connection ends)
 	ok           bool          // the endpoint accepted an opt-in
 	refusedUntil mono          // it refused for lack of support: not asked until then
+	refusal      string        // what it answered then
 	last         mono          // the last answer, for pruning
 }
 
@@ -134,7 +135,7 @@ const handshakeWait = time.Second
 
 // answered records the answer to c's opt-in (accepted, or refused for lack
 // of support), and wakes the connections waiting for it.
-func (m *Maint) answered(c *conn, accepted, refused bool) {
+func (m *Maint) answered(c *conn, accepted, refused bool, msg string) {
 	now := monoNow()
 	m.mu.Lock()
 	if m.hs == nil {
@@ -152,6 +153,7 @@ func (m *Maint) answered(c *conn, accepted, refused bool) {
 	}
 	if refused {
 		st.ok = false
+		st.refusal = msg
 		if m.s.handshakeRetry > 0 {
 			st.refusedUntil = now + int64(m.s.handshakeRetry)
 		}
@@ -162,6 +164,23 @@ func (m *Maint) answered(c *conn, accepted, refused bool) {
 	}
 	c.hsLead = nil
 	m.mu.Unlock()
+}
+
+// refusal reports whether remote's answer to the opt-in is known, and the
+// refusal it answered, if it refused for lack of support within the
+// cooldown ("" otherwise).
+func (m *Maint) refusal(remote string) (known bool, msg string) {
+	now := monoNow()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := m.hs[remote]
+	if st == nil {
+		return false, ""
+	}
+	if st.refusedUntil > now {
+		return true, st.refusal
+	}
+	return st.ok, ""
 }
 
 // leadGone releases the connections waiting on c's opt-in when c ends
@@ -247,23 +266,23 @@ func isHello3(p []byte) bool {
 // Stripper took out of the stream.
 func (c *conn) onHandshakeReply(frame []byte) {
 	if len(frame) == 0 {
-		c.m.answered(c, false, false)
+		c.m.answered(c, false, false, "")
 		return
 	}
 	switch frame[0] {
 	case '+':
 		c.optedIn.Store(true)
-		c.m.answered(c, true, false)
+		c.m.answered(c, true, false, "")
 	case '-', '!':
 		msg := errorText(frame)
 		if noSupport(msg) {
 			c.m.noteRefusal(c, msg)
 		} else {
 			c.m.c.handshakeErrors.Add(1)
-			c.m.answered(c, false, false)
+			c.m.answered(c, false, false, "")
 		}
 	default:
-		c.m.answered(c, false, false)
+		c.m.answered(c, false, false, "")
 	}
 }
 
@@ -294,7 +313,7 @@ func (m *Maint) noteRefusal(c *conn, msg string) {
 	st := m.hs[c.remote]
 	again := st != nil && st.refusedUntil > now // another connection of the same burst
 	m.mu.Unlock()
-	m.answered(c, false, true)
+	m.answered(c, false, true, msg)
 	if again {
 		return
 	}
