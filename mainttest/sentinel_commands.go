@@ -184,7 +184,7 @@ func (c *sconn) hello(r *reply, args [][]byte) {
 	if c.resp3 {
 		p = 3
 	}
-	r.out = c.appendMapHeader(r.out, 7)
+	r.out = c.appendMapHeader(r.out, 6)
 	r.out = resp.AppendBulk(r.out, "server")
 	r.out = resp.AppendBulk(r.out, "redis")
 	r.out = resp.AppendBulk(r.out, "version")
@@ -195,8 +195,6 @@ func (c *sconn) hello(r *reply, args [][]byte) {
 	r.out = resp.AppendInt(r.out, int64(c.id))
 	r.out = resp.AppendBulk(r.out, "mode")
 	r.out = resp.AppendBulk(r.out, "sentinel")
-	r.out = resp.AppendBulk(r.out, "role")
-	r.out = resp.AppendBulk(r.out, "master")
 	r.out = resp.AppendBulk(r.out, "modules")
 	r.out = resp.AppendArrayHeader(r.out, 0)
 }

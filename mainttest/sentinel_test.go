@@ -105,7 +105,7 @@ func TestSentinelRawRESP3(t *testing.T) {
 	c := dialRaw(t, s.Addr())
 
 	r := c.do("HELLO", "3", "AUTH", "default", "secret", "SETNAME", "cli")
-	if !strings.HasPrefix(r, "%7\r\n$6\r\nserver\r\n$5\r\nredis\r\n") || !strings.Contains(r, "$5\r\nproto\r\n:3\r\n") || !strings.Contains(r, "$4\r\nmode\r\n$8\r\nsentinel\r\n") {
+	if !strings.HasPrefix(r, "%6\r\n$6\r\nserver\r\n$5\r\nredis\r\n") || !strings.Contains(r, "$5\r\nproto\r\n:3\r\n") || !strings.Contains(r, "$4\r\nmode\r\n$8\r\nsentinel\r\n") {
 		t.Fatalf("HELLO 3: %q", r)
 	}
 	c.send("CLIENT", "GETNAME")
