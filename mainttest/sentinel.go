@@ -23,6 +23,13 @@ const (
 	// "name old -> new why=... delivered=N": N is the number of +switch-master
 	// messages written to subscribers, all of them before the event is logged.
 	KindSentinelSwitch = "sentinel_switch"
+
+	// KindSentinelQuery: a Sentinel answered SENTINEL
+	// get-master-addr-by-name with an address; Conn is the client
+	// connection, Detail the address named ("127.0.0.2:41000"). It is logged
+	// just before the answer is written; a test can count with it the dials
+	// a client sent to a retiring master.
+	KindSentinelQuery = "sentinel_query"
 )
 
 // sentinelVersion is the Redis version the emulated Discovery Service
@@ -98,11 +105,15 @@ type Sentinel struct {
 	runID string
 	stop  chan struct{} // closed by Close
 
-	mu     sync.Mutex // guards everything below
-	ln     net.Listener
-	closed bool
-	conns  map[*sconn]struct{}
-	stats  SentinelStats
+	refuseMu sync.Mutex // serialises RefuseNew
+
+	mu       sync.Mutex // guards everything below
+	ln       net.Listener
+	refusing bool
+	closed   bool
+	conns    map[*sconn]struct{}
+	stats    SentinelStats
+	latency  time.Duration
 }
 
 // AddSentinel starts a Discovery Service for the database masterName whose
@@ -281,9 +292,92 @@ func (s *Sentinel) Close() {
 	}
 	s.closed = true
 	close(s.stop)
-	_ = s.ln.Close()
+	if s.ln != nil {
+		_ = s.ln.Close()
+		s.ln = nil
+	}
 	s.mu.Unlock()
 	s.closeConns("emulator_close")
+}
+
+// RefuseNew stops (true) or resumes (false) accepting connections, as a
+// Discovery Service node that is down: refusing closes the listener, so new
+// dials get "connection refused"; resuming binds the same address again.
+// Open connections are not affected. Logged as KindRefuse.
+func (s *Sentinel) RefuseNew(refuse bool) {
+	s.refuseMu.Lock()
+	defer s.refuseMu.Unlock()
+	s.mu.Lock()
+	same := s.refusing == refuse || s.closed
+	s.mu.Unlock()
+	if same {
+		return
+	}
+	var ln net.Listener
+	if !refuse { // bind without holding locks: it may retry for a while
+		var err error
+		if ln, err = listenRetry(s.addr); err != nil {
+			s.e.event(Event{Endpoint: s.addr, Kind: KindRefuse, Detail: "rebind failed: " + err.Error()})
+			return
+		}
+	}
+	e := s.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e.closed || s.closed {
+		if ln != nil {
+			_ = ln.Close()
+		}
+		return
+	}
+	detail := "off"
+	if refuse {
+		detail = "on"
+		_ = s.ln.Close()
+		s.ln = nil
+	} else {
+		s.ln = ln
+		e.goLocked(func() { s.acceptLoop(ln) })
+	}
+	s.refusing = refuse
+	e.event(Event{Endpoint: s.addr, Kind: KindRefuse, Detail: detail})
+}
+
+// SetLatency delays every answer of this Sentinel by d from now on (0
+// removes it): a slow Discovery Service, which holds every dial of a
+// FailoverClient. Published messages are not delayed.
+func (s *Sentinel) SetLatency(d time.Duration) {
+	s.mu.Lock()
+	s.latency = d
+	s.mu.Unlock()
+}
+
+// SetMasterAfter schedules SetMaster(ep) after d on a timer the Emulator
+// owns (Close stops it).
+func (s *Sentinel) SetMasterAfter(ep *Endpoint, d time.Duration) {
+	s.e.schedule(d, func() { s.d.switchTo(ep, "set_master") })
+}
+
+// wait sleeps for the Sentinel's latency, if any; it reports false when the
+// Sentinel or the Emulator closed meanwhile.
+func (s *Sentinel) wait() bool {
+	s.mu.Lock()
+	d := s.latency
+	s.mu.Unlock()
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.stop:
+	case <-s.e.done:
+	}
+	return false
 }
 
 func (s *Sentinel) closeConns(why string) int {
@@ -426,15 +520,24 @@ func (c *sconn) run() {
 			c.shutdown("protocol_error")
 			return
 		}
+		if !c.s.wait() {
+			c.shutdown("emulator_close")
+			return
+		}
 		c.mu.Lock()
 		r := c.serve(out[:0], name, rawName(frame, name), args)
 		out = r.out
-		c.s.count(r) // before the write: a client that got a reply finds it in Stats
-		werr := c.writeLocked(out)
-		c.mu.Unlock()
+		// Counted and logged before the write: a client that got a reply
+		// finds it in Stats and Events.
+		c.s.count(r)
 		if r.handshake {
 			c.s.e.event(Event{Endpoint: c.s.addr, Kind: KindUnsupported, Conn: c.id, Detail: r.errLine})
 		}
+		if r.masterQuery {
+			c.s.e.event(Event{Endpoint: c.s.addr, Kind: KindSentinelQuery, Conn: c.id, Detail: r.named})
+		}
+		werr := c.writeLocked(out)
+		c.mu.Unlock()
 		if werr != nil {
 			c.shutdown("client")
 			return
@@ -477,13 +580,19 @@ func isBlankCommand(frame []byte) bool {
 // rawName returns the command name as the client sent it (CommandName
 // upper-cases it), for error messages that echo it.
 func rawName(frame []byte, upper string) string {
-	if len(frame) == 0 || frame[0] != '*' {
-		for i, b := range frame {
-			if b == ' ' || b == '\t' || b == '\r' || b == '\n' {
-				return string(frame[:i])
-			}
+	if len(frame) == 0 || frame[0] != '*' { // inline: the first word
+		i := 0
+		for i < len(frame) && (frame[i] == ' ' || frame[i] == '\t') {
+			i++
 		}
-		return upper
+		j := i
+		for j < len(frame) && frame[j] != ' ' && frame[j] != '\t' && frame[j] != '\r' && frame[j] != '\n' {
+			j++
+		}
+		if j == i {
+			return upper
+		}
+		return string(frame[i:j])
 	}
 	// *N\r\n$L\r\n<name>\r\n...
 	i := indexCRLF(frame)
@@ -492,7 +601,7 @@ func rawName(frame []byte, upper string) string {
 	}
 	rest := frame[i+2:]
 	j := indexCRLF(rest)
-	if j < 0 {
+	if j < 1 || rest[0] != '$' {
 		return upper
 	}
 	n, err := strconv.Atoi(string(rest[1:j]))

@@ -14,6 +14,7 @@ type reply struct {
 	errLine     string // the error, without '-' and CRLF
 	unknown     bool   // unknown command or subcommand
 	masterQuery bool   // get-master-addr-by-name answered with an address
+	named       string // that address
 	handshake   bool   // CLIENT MAINT_NOTIFICATIONS, refused
 	quit        bool   // close the connection once out is written
 }
@@ -289,7 +290,7 @@ func (c *sconn) sentinel(r *reply, args [][]byte) {
 		r.out = resp.AppendArrayHeader(r.out, 2)
 		r.out = resp.AppendBulk(r.out, m.ip)
 		r.out = resp.AppendBulk(r.out, m.port)
-		r.masterQuery = true
+		r.masterQuery, r.named = true, m.addr
 	case "master":
 		if withName() {
 			r.out = c.appendMasterInfo(r.out)

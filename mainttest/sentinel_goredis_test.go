@@ -22,6 +22,17 @@ func failoverClient(t *testing.T, e *Emulator, s *Sentinel, opt redis.FailoverOp
 	t.Helper()
 	opt.MasterName = s.MasterName()
 	opt.SentinelAddrs = []string{s.Addr()}
+	return newFailoverClient(t, e, opt)
+}
+
+// failoverClientAddrs returns a FailoverClient asking the sentinels addrs.
+func failoverClientAddrs(t *testing.T, e *Emulator, name string, addrs []string) *redis.Client {
+	t.Helper()
+	return newFailoverClient(t, e, redis.FailoverOptions{MasterName: name, SentinelAddrs: addrs})
+}
+
+func newFailoverClient(t *testing.T, e *Emulator, opt redis.FailoverOptions) *redis.Client {
+	t.Helper()
 	opt.Dialer = e.Dialer()
 	c := redis.NewFailoverClient(&opt)
 	t.Cleanup(func() {
@@ -194,9 +205,7 @@ func TestGoRedisFailoverUnderLoad(t *testing.T) {
 	if f := failed.Load(); f != 0 {
 		t.Fatalf("%d commands failed (%d ok)", f, ok.Load())
 	}
-	if o := old.Stats(); o.Open != 0 {
-		t.Fatalf("old master still has connections: %+v", o)
-	}
+	waitFor(t, "the old master's connections to close", func() bool { return old.Stats().Open == 0 })
 	st := s.Stats()
 	if st.Switches != 1 || st.SwitchMessages != 1 || st.Unknown != 0 {
 		t.Fatalf("sentinel %+v", st)

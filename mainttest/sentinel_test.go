@@ -1,13 +1,18 @@
 package mainttest
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/maintkit/maint/internal/resp"
 )
 
 // addSentinel starts a Discovery Service for "db1" whose master is master.
@@ -483,8 +488,149 @@ func FuzzSentinelParsers(f *testing.F) {
 	f.Add([]byte("*2\r\n$4\r\nPING\r\n$1\r\nx\r\n"), "a*[b-c]?\\")
 	f.Add([]byte("get k\r\n"), "[^")
 	f.Add([]byte("*1\r\n$99\r\nPING\r\n"), "**")
+	f.Add([]byte("*\r\n\r\n"), "0") // once panicked rawName
 	f.Fuzz(func(t *testing.T, frame []byte, pattern string) {
-		_ = rawName(frame, "X")
+		raw := rawName(frame, "X")
+		if name, _, err := resp.CommandName(frame); err == nil && strings.ToUpper(raw) != name {
+			t.Fatalf("rawName(%q) = %q, CommandName says %q", frame, raw, name)
+		}
 		_ = globMatch(pattern, string(frame))
+	})
+}
+
+func TestSentinelRefuseNew(t *testing.T) {
+	e := newEmu(t, Config{})
+	old, _ := pairEndpoints(t, e)
+	s1 := addSentinel(t, e, old)
+	s2, err := s1.AddPeer("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := dialRaw(t, s1.Addr())
+	open.send("PING") // accepted before the listener closes
+	open.expect("+PONG\r\n")
+	s1.RefuseNew(true)
+	s1.RefuseNew(true) // no change, no event
+	if _, err := net.DialTimeout("tcp", s1.Addr(), time.Second); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("dial refusing sentinel: %v", err)
+	}
+	open.send("PING") // open connections keep being served
+	open.expect("+PONG\r\n")
+
+	// go-redis finds the master through the node that is up.
+	c := failoverClientAddrs(t, e, s1.MasterName(), []string{s1.Addr(), s2.Addr()})
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if s2.Stats().MasterQueries == 0 {
+		t.Fatal("the node that is up was not asked")
+	}
+	s1.RefuseNew(false)
+	dialRaw(t, s1.Addr()).send("PING")
+	n := 0
+	for _, ev := range e.Events() {
+		if ev.Kind == KindRefuse && ev.Endpoint == s1.Addr() {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Fatalf("%d refuse events, want 2:\n%s", n, dumpEvents(e))
+	}
+}
+
+func TestSentinelLatencyAndQueryEvents(t *testing.T) {
+	e := newEmu(t, Config{})
+	old, nw := pairEndpoints(t, e)
+	s := addSentinel(t, e, old)
+	c := dialRaw(t, s.Addr())
+	s.SetLatency(150 * time.Millisecond)
+	start := time.Now()
+	c.send("SENTINEL", "get-master-addr-by-name", "db1")
+	c.expect(masterReply(old))
+	if d := time.Since(start); d < 150*time.Millisecond {
+		t.Fatalf("answered in %v despite a 150ms latency", d)
+	}
+	s.SetLatency(0)
+	s.SetMasterAfter(nw, 50*time.Millisecond)
+	waitEvent(t, e, IsKind(nil, KindSentinelSwitch))
+	c.send("SENTINEL", "get-master-addr-by-name", "db1")
+	c.expect(masterReply(nw))
+	var named []string
+	for _, ev := range e.Events() {
+		if ev.Kind == KindSentinelQuery {
+			if ev.Endpoint != s.Addr() || ev.Conn == 0 {
+				t.Fatalf("query event %v", ev)
+			}
+			named = append(named, ev.Detail)
+		}
+	}
+	if len(named) != 2 || named[0] != old.Addr() || named[1] != nw.Addr() {
+		t.Fatalf("queries named %v", named)
+	}
+}
+
+// FuzzSentinelServe feeds arbitrary commands to the Discovery Service: it
+// never panics, and every answer is a sequence of well-formed RESP frames.
+func FuzzSentinelServe(f *testing.F) {
+	for _, seed := range []string{
+		"*3\r\n$8\r\nSENTINEL\r\n$23\r\nget-master-addr-by-name\r\n$3\r\ndb1\r\n",
+		"HELLO 3 AUTH default x SETNAME n\r\n",
+		"SUBSCRIBE a b\r\n",
+		"PUNSUBSCRIBE\r\n",
+		"CLIENT maint_notifications on\r\n",
+		"SENTINEL replicas db1\r\n",
+		"SENTINEL failover db1\r\n",
+		"PING x y\r\n",
+	} {
+		f.Add([]byte(seed), false)
+		f.Add([]byte(seed), true)
+	}
+	e, err := New(Config{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { _ = e.Close() })
+	a, err := e.AddEndpoint("127.0.0.2:0")
+	if err != nil {
+		f.Fatal(err)
+	}
+	b, err := e.AddEndpoint("127.0.0.3:0")
+	if err != nil {
+		f.Fatal(err)
+	}
+	s, err := e.AddSentinel("127.0.0.1:0", "db1", a)
+	if err != nil {
+		f.Fatal(err)
+	}
+	s.SetReplicas(b)
+	f.Fuzz(func(t *testing.T, in []byte, resp3 bool) {
+		br := bufio.NewReader(bytes.NewReader(in))
+		c := &sconn{s: s, id: 1, resp3: resp3}
+		for range 8 {
+			frame, err := resp.ReadCommand(br, nil)
+			if err != nil || isBlankCommand(frame) {
+				return
+			}
+			name, args, err := resp.CommandName(frame)
+			if err != nil {
+				return
+			}
+			c.mu.Lock()
+			r := c.serve(nil, name, rawName(frame, name), args)
+			c.mu.Unlock()
+			if len(r.out) == 0 {
+				t.Fatalf("%q: no answer", frame)
+			}
+			ob := bufio.NewReader(bytes.NewReader(r.out))
+			for {
+				_, err := resp.ReadFrame(ob, nil)
+				if errors.Is(err, io.EOF) {
+					break // at a frame boundary: the answer is whole
+				}
+				if err != nil {
+					t.Fatalf("%q answered %q: %v", frame, r.out, err)
+				}
+			}
+		}
 	})
 }
