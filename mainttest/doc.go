@@ -180,10 +180,29 @@
 //     SwitchAfter later names the new one, optionally makes the old one
 //     refuse connections (RefuseOld), sends FAILED_OVER, and closes the old
 //     master's connections (CloseOld, CloseOldAfter).
-//   - SENTINEL FAILOVER from a client promotes the first replica.
+//   - Sentinel.SetMasterAfter switches later; SENTINEL FAILOVER from a
+//     client promotes the first replica.
 //
+// For example, a MOVING with a null endpoint whose successor the service
+// names one second later, while the window lasts two:
+//
+//	ds.Moving(mainttest.SentinelMoving{
+//		Moving:    mainttest.Moving{Window: 2 * time.Second, CloseJitter: 100 * time.Millisecond, To: successor, Null: true},
+//		NameAfter: time.Second,
+//	})
+//
+// A FailoverClient asks get-master-addr-by-name before every dial, so each
+// answer is where a new connection lands: every answer is logged as
+// KindSentinelQuery with the address named, which counts the dials sent to
+// a retiring master. Sentinel.SetLatency slows the answers (and so every
+// dial), Sentinel.RefuseNew takes a node down (go-redis then asks a peer).
 // Sentinel.Stats counts connections, commands served, master addresses
 // given, refused handshakes, errors, unknown commands, subscribers, switches
 // and +switch-master messages written. Emulator.Close closes every Sentinel
 // with the endpoints.
+//
+// go-redis v9.23.0's FailoverClusterClient (a UniversalClient with
+// MasterName and RouteByLatency, RouteRandomly or IsClusterMode) rewrites
+// loopback node addresses to ":port", so it reaches only nodes on
+// 127.0.0.1, and its Close leaves its sentinel goroutines running.
 package mainttest

@@ -245,7 +245,7 @@ func (s *Sentinel) SetSwitchMessages(on bool) {
 // SetMaster makes the Discovery Service name ep as master from now on and
 // publishes +switch-master ("name old-ip old-port new-ip new-port") on the
 // +switch-master channel of every node. It returns the switch's seq, or 0
-// when ep is already the master.
+// when ep is already the master or nil.
 func (s *Sentinel) SetMaster(ep *Endpoint) (seq int64) {
 	return s.d.switchTo(ep, "set_master")
 }
