@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/maintkit/maint/internal/resp"
@@ -451,9 +452,10 @@ func (s *Sentinel) count(r reply) {
 // Replies and published messages are written under mu, so they never
 // interleave. Lock order: sconn.mu before Sentinel.mu before discovery.mu.
 type sconn struct {
-	s  *Sentinel
-	id uint64
-	nc net.Conn
+	s       *Sentinel
+	id      uint64
+	nc      net.Conn
+	closing atomic.Bool // set once, by shutdown
 
 	mu       sync.Mutex // guards everything below and writes to nc
 	closed   bool
@@ -467,14 +469,13 @@ type sconn struct {
 const writeTimeout = 5 * time.Second
 
 func (c *sconn) shutdown(why string) bool {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !c.closing.CompareAndSwap(false, true) {
 		return false
 	}
+	_ = c.nc.Close() // first: it ends a write blocked under mu
+	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()
-	_ = c.nc.Close()
 	s := c.s
 	s.mu.Lock()
 	delete(s.conns, c)

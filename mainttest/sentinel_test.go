@@ -634,3 +634,26 @@ func FuzzSentinelServe(f *testing.F) {
 		}
 	})
 }
+
+// TestSentinelNoPushes: a RESP3 connection to the Discovery Service that
+// tried to opt in receives nothing while the master it names moves and
+// fails over; its questions keep being answered.
+func TestSentinelNoPushes(t *testing.T) {
+	e := newEmu(t, Config{})
+	a, b := pairEndpoints(t, e)
+	s := addSentinel(t, e, a)
+	c := dialRaw(t, s.Addr())
+	c.hello3()
+	c.send("CLIENT", "MAINT_NOTIFICATIONS", "ON", "moving-endpoint-type", "internal-ip")
+	c.expect("-ERR unknown subcommand 'MAINT_NOTIFICATIONS'. Try CLIENT HELP.\r\n")
+	s.Moving(SentinelMoving{Moving: Moving{Window: 50 * time.Millisecond, To: b}})
+	s.Failover(Failover{To: a}) // back, at once
+	waitEvent(t, e, IsKind(b, KindFailedOver))
+	waitEvent(t, e, IsKind(a, KindWindowEndClose))
+	c.noFrameWithin(100 * time.Millisecond)
+	c.send("SENTINEL", "get-master-addr-by-name", "db1")
+	c.expect(masterReply(a))
+	if st := s.Stats(); st.Switches != 2 || st.Handshakes != 1 || st.SwitchMessages != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
