@@ -399,3 +399,49 @@ func (cl *Cluster) retire(ep *Endpoint, closeAfter time.Duration) {
 		cl.e.event(Event{At: at, Endpoint: ep.addr, Kind: KindRemovedClose, Detail: fmt.Sprintf("closed=%d owed=%d", n, owed)})
 	})
 }
+
+// ReplaceNode hands every slot of old to nw, a node of the cluster (see
+// AddNode), and takes old out of the topology at once, without a
+// notification and without touching old's listener or connections: the
+// server side of a MOVING of a cluster endpoint, whose window end (or
+// RefuseNew, CloseAll) deals with those. Slots migrating from or to old
+// are an error.
+func (cl *Cluster) ReplaceNode(old, nw *Endpoint) error {
+	cl.mu.Lock()
+	t0 := cl.topo.Load()
+	oi, err := cl.member(t0, old, "old")
+	if err != nil {
+		cl.mu.Unlock()
+		return err
+	}
+	ni, err := cl.member(t0, nw, "new")
+	if err != nil {
+		cl.mu.Unlock()
+		return err
+	}
+	if oi == ni {
+		cl.mu.Unlock()
+		return fmt.Errorf("mainttest: cluster: node %s replaced by itself", old.addr)
+	}
+	for s, m := range t0.mig {
+		if m.src == oi || m.dst == oi {
+			cl.mu.Unlock()
+			return fmt.Errorf("mainttest: cluster: slot %d of %s is migrating", s, old.addr)
+		}
+	}
+	rs := t0.slotsOf(oi)
+	t := t0.clone()
+	for _, r := range rs {
+		for s := r.Start; s <= r.End; s++ {
+			t.owner[s] = int16(ni)
+		}
+	}
+	t.nodes[oi].removed = true
+	cl.topo.Store(t)
+	cl.mu.Unlock()
+	if len(rs) > 0 {
+		cl.e.event(Event{Endpoint: nw.addr, Kind: KindSlotOwner, Detail: "slots=" + FormatSlots(rs) + " from=" + old.addr + " notified=false"})
+	}
+	cl.e.event(Event{Endpoint: old.addr, Kind: KindNodeRemove, Detail: "replaced_by=" + nw.addr})
+	return nil
+}

@@ -731,3 +731,44 @@ func TestClusterAddNode(t *testing.T) {
 	c.send("GET", k)
 	c.expect("$-1\r\n")
 }
+
+// TestClusterMovingNode: a MOVING of a cluster endpoint works as for a
+// standalone one, and ReplaceNode gives its slots to the successor.
+func TestClusterMovingNode(t *testing.T) {
+	e := newEmu(t, Config{})
+	cl := newCluster(t, e, ClusterConfig{})
+	old := cl.Nodes()[0]
+	nw, err := cl.AddNode("127.0.0.9:" + old.Port())
+	if err != nil {
+		if nw, err = cl.AddNode("127.0.0.9:0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := dialRaw(t, old.Addr())
+	c.hello3()
+	c.optIn("internal-ip")
+	seq := old.Moving(Moving{Window: 300 * time.Millisecond, To: nw, StopAccepting: true})
+	c.expect(string(resp.AppendMoving(nil, seq, 1, nw.Addr(), false)))
+	if err := cl.ReplaceNode(old, nw); err != nil {
+		t.Fatal(err)
+	}
+	if cl.Owner(0) != nw || len(cl.Slots(old)) != 0 || slices.Contains(cl.Addrs(), old.Addr()) {
+		t.Fatalf("after ReplaceNode: owner %s, old slots %v, nodes %v", cl.Owner(0).Addr(), cl.Slots(old), cl.Addrs())
+	}
+	k := keyInSlot(t, 0, "k")
+	c.send("GET", k) // still open: the window has not ended
+	c.expect(fmt.Sprintf("-MOVED 0 %s\r\n", nw.Addr()))
+	cn := dialRaw(t, nw.Addr())
+	cn.send("SET", k, "v")
+	cn.expect("+OK\r\n")
+	ev := waitEvent(t, e, IsKind(old, KindWindowEndClose))
+	if ev.Detail != "closed=1 owed=0" {
+		t.Errorf("window end: %q", ev.Detail)
+	}
+	if err := cl.ReplaceNode(old, nw); err == nil {
+		t.Error("replaced a removed node")
+	}
+	if err := cl.ReplaceNode(nw, nw); err == nil {
+		t.Error("replaced a node by itself")
+	}
+}
