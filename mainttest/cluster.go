@@ -30,6 +30,12 @@ type ClusterConfig struct {
 	// answered -CLUSTERDOWN. Empty splits the slots evenly, in node order, as
 	// redis-cli --cluster create does.
 	Slots []string
+
+	// LogRedirects logs every -MOVED, -ASK, -TRYAGAIN, -CROSSSLOT and
+	// -CLUSTERDOWN served as a KindRedirect event (with the connection and
+	// the reply), to tell when and on which connection each happened. Off
+	// by default: a reshard under load serves thousands.
+	LogRedirects bool
 }
 
 // Cluster is an emulated Redis Enterprise OSS Cluster API: endpoints of one
@@ -40,7 +46,8 @@ type ClusterConfig struct {
 // only the ownership changes. Create it with Emulator.NewCluster; the
 // Emulator's Close releases it.
 type Cluster struct {
-	e *Emulator
+	e            *Emulator
+	logRedirects bool
 
 	mu   sync.Mutex // serialises topology changes
 	topo atomic.Pointer[topology]
@@ -72,6 +79,7 @@ type slotMigration struct {
 // clusterMember ties an Endpoint to its Cluster and node index.
 type clusterMember struct {
 	cl  *Cluster
+	ep  *Endpoint
 	idx int
 }
 
@@ -83,14 +91,14 @@ func (e *Emulator) NewCluster(cfg ClusterConfig) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl := &Cluster{e: e}
+	cl := &Cluster{e: e, logRedirects: cfg.LogRedirects}
 	t := &topology{epoch: 1}
 	for i := range t.owner {
 		t.owner[i] = -1
 	}
 	for i, ep := range eps {
 		t.nodes = append(t.nodes, clusterNode{ep: ep, id: nodeID(ep.addr)})
-		ep.cluster.Store(&clusterMember{cl: cl, idx: i})
+		ep.cluster.Store(&clusterMember{cl: cl, ep: ep, idx: i})
 	}
 	if len(cfg.Slots) > 0 {
 		if len(cfg.Slots) > len(eps) {
@@ -313,7 +321,7 @@ func (cl *Cluster) AddNode(addr string) (*Endpoint, error) {
 	cl.mu.Lock()
 	t := cl.topo.Load().clone()
 	t.nodes = append(t.nodes, clusterNode{ep: ep, id: nodeID(ep.addr)})
-	ep.cluster.Store(&clusterMember{cl: cl, idx: len(t.nodes) - 1})
+	ep.cluster.Store(&clusterMember{cl: cl, ep: ep, idx: len(t.nodes) - 1})
 	cl.topo.Store(t)
 	cl.mu.Unlock()
 	cl.e.event(Event{Endpoint: ep.addr, Kind: KindNodeJoin, Detail: "slots="})

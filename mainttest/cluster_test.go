@@ -772,3 +772,28 @@ func TestClusterMovingNode(t *testing.T) {
 		t.Error("replaced a node by itself")
 	}
 }
+
+func TestClusterTripletAddrAndRedirectLog(t *testing.T) {
+	e := newEmu(t, Config{})
+	cl := newCluster(t, e, ClusterConfig{Nodes: 2, LogRedirects: true})
+	a, b := cl.Nodes()[0], cl.Nodes()[1]
+	c := dialRaw(t, a.Addr())
+	c.hello3()
+	c.optIn("internal-fqdn")
+	name := func(ep *Endpoint) string { return "node" + ep.IP()[len("127.0.0."):] + ".example:" + ep.Port() }
+	if _, err := cl.MigrateSlots(SlotMigration{From: a, To: b, Slots: "7", TripletAddr: name}); err != nil {
+		t.Fatal(err)
+	}
+	c.read() // SMIGRATING
+	ev := waitEvent(t, e, IsKind(a, KindSMigrated))
+	c.expect(string(resp.AppendSMigrated(nil, ev.Seq, []resp.SlotMove{{Src: "node2.example:" + a.Port(), Dst: "node3.example:" + b.Port(), Slots: "7"}})))
+	waitEvent(t, e, IsKind(b, KindSlotOwner)) // logged with the real address
+
+	k := keyInSlot(t, 7, "k")
+	c.send("GET", k)
+	c.expect(fmt.Sprintf("-MOVED 7 %s\r\n", b.Addr()))
+	ev = waitEvent(t, e, IsKind(a, KindRedirect))
+	if ev.Detail != fmt.Sprintf("MOVED 7 %s", b.Addr()) || ev.Conn == 0 {
+		t.Errorf("redirect event %+v", ev)
+	}
+}

@@ -143,7 +143,11 @@
 // successor. Stats.Cluster counts, per node, the redirects served (MOVED,
 // ASK, TRYAGAIN, CROSSSLOT), the ASKINGs and the slot-map requests
 // (CLUSTER SLOTS, SHARDS, NODES), each also logged as a KindSlotMap event,
-// so a client's slot-map reload can be waited for:
+// so a client's slot-map reload can be waited for; with
+// ClusterConfig.LogRedirects every redirect is logged too (KindRedirect,
+// with its connection), to tell which came after a notification.
+// CLUSTER, ASKING, READONLY and READWRITE are answered at once even inside
+// MULTI, where a real node would queue them:
 //
 //	cl, _ := emu.NewCluster(mainttest.ClusterConfig{})
 //	client := redis.NewClusterClient(&redis.ClusterOptions{
