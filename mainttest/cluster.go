@@ -87,62 +87,81 @@ type clusterMember struct {
 // and returns it. The endpoints are ordinary Endpoints as well: Moving,
 // SetLatency, CloseAll and the others work on them as on any endpoint.
 func (e *Emulator) NewCluster(cfg ClusterConfig) (*Cluster, error) {
-	eps, err := e.clusterEndpoints(cfg)
+	n := len(cfg.Addrs)
+	if n == 0 {
+		n = cfg.Nodes
+		if n <= 0 {
+			n = 3
+		}
+	}
+	if n > 200 {
+		return nil, fmt.Errorf("mainttest: cluster: %d nodes (at most 200)", n)
+	}
+	t := &topology{epoch: 1}
+	if err := t.assign(cfg.Slots, n); err != nil {
+		return nil, err
+	}
+	eps, err := e.clusterEndpoints(cfg.Addrs, n)
 	if err != nil {
 		return nil, err
 	}
 	cl := &Cluster{e: e, logRedirects: cfg.LogRedirects}
-	t := &topology{epoch: 1}
-	for i := range t.owner {
-		t.owner[i] = -1
-	}
 	for i, ep := range eps {
 		t.nodes = append(t.nodes, clusterNode{ep: ep, id: nodeID(ep.addr)})
 		ep.cluster.Store(&clusterMember{cl: cl, ep: ep, idx: i})
 	}
-	if len(cfg.Slots) > 0 {
-		if len(cfg.Slots) > len(eps) {
-			return nil, fmt.Errorf("mainttest: cluster: %d slot lists for %d nodes", len(cfg.Slots), len(eps))
-		}
-		for i, s := range cfg.Slots {
-			if s == "" {
-				continue
-			}
-			rs, err := ParseSlots(s)
-			if err != nil {
-				return nil, fmt.Errorf("mainttest: cluster node %d: %w", i, err)
-			}
-			for _, r := range rs {
-				for s := r.Start; s <= r.End; s++ {
-					if t.owner[s] >= 0 {
-						return nil, fmt.Errorf("mainttest: cluster: slot %d given to nodes %d and %d", s, t.owner[s], i)
-					}
-					t.owner[s] = int16(i)
-				}
-			}
-		}
-	} else {
+	cl.topo.Store(t)
+	for i, ep := range eps {
+		e.event(Event{Endpoint: ep.addr, Kind: KindNodeJoin, Detail: "slots=" + FormatSlots(t.slotsOf(i))})
+	}
+	return cl, nil
+}
+
+// assign gives the slots to n nodes as ClusterConfig.Slots says.
+func (t *topology) assign(slots []string, n int) error {
+	for i := range t.owner {
+		t.owner[i] = -1
+	}
+	if len(slots) == 0 {
 		// As redis-cli --cluster create: 0-5460, 5461-10922, 10923-16383.
-		per := float64(NumSlots) / float64(len(eps))
-		for i := range eps {
+		per := float64(NumSlots) / float64(n)
+		for i := 0; i < n; i++ {
 			lo, hi := int(math.Round(float64(i)*per)), int(math.Round(float64(i+1)*per))-1
 			for s := lo; s <= hi && s < NumSlots; s++ {
 				t.owner[s] = int16(i)
 			}
 		}
+		return nil
 	}
-	cl.topo.Store(t)
-	for _, ep := range eps {
-		e.event(Event{Endpoint: ep.addr, Kind: KindNodeJoin, Detail: "slots=" + FormatSlots(t.slotsOf(cl.indexOf(t, ep)))})
+	if len(slots) > n {
+		return fmt.Errorf("mainttest: cluster: %d slot lists for %d nodes", len(slots), n)
 	}
-	return cl, nil
+	for i, list := range slots {
+		if list == "" {
+			continue
+		}
+		rs, err := ParseSlots(list)
+		if err != nil {
+			return fmt.Errorf("mainttest: cluster node %d: %w", i, err)
+		}
+		for _, r := range rs {
+			for s := r.Start; s <= r.End; s++ {
+				if t.owner[s] >= 0 {
+					return fmt.Errorf("mainttest: cluster: slot %d given to nodes %d and %d", s, t.owner[s], i)
+				}
+				t.owner[s] = int16(i)
+			}
+		}
+	}
+	return nil
 }
 
-// clusterEndpoints starts the endpoints cfg asks for.
-func (e *Emulator) clusterEndpoints(cfg ClusterConfig) ([]*Endpoint, error) {
-	if len(cfg.Addrs) > 0 {
-		eps := make([]*Endpoint, 0, len(cfg.Addrs))
-		for _, a := range cfg.Addrs {
+// clusterEndpoints starts n endpoints on addrs, or on 127.0.0.2, 127.0.0.3,
+// ... with one port when addrs is empty.
+func (e *Emulator) clusterEndpoints(addrs []string, n int) ([]*Endpoint, error) {
+	if len(addrs) > 0 {
+		eps := make([]*Endpoint, 0, len(addrs))
+		for _, a := range addrs {
 			ep, err := e.AddEndpoint(a)
 			if err != nil {
 				for _, ep := range eps {
@@ -153,13 +172,6 @@ func (e *Emulator) clusterEndpoints(cfg ClusterConfig) ([]*Endpoint, error) {
 			eps = append(eps, ep)
 		}
 		return eps, nil
-	}
-	n := cfg.Nodes
-	if n <= 0 {
-		n = 3
-	}
-	if n > 200 {
-		return nil, fmt.Errorf("mainttest: cluster: %d nodes (at most 200)", n)
 	}
 	var lastErr error
 	for try := 0; try < 20; try++ {

@@ -288,7 +288,7 @@ func (m *clusterMember) clusterCommand(c *conn, t *topology, args [][]byte) []by
 		m.cl.e.event(Event{Endpoint: m.ep.addr, Kind: KindSlotMap, Conn: c.id, Detail: "CLUSTER " + sub})
 		return b
 	case "INFO":
-		return appendText(nil, t.infoText(m.idx), resp3)
+		return appendText(nil, t.infoText(), resp3)
 	case "MYID":
 		return resp.AppendBulk(nil, t.nodes[m.idx].id)
 	case "MYSHARDID":
@@ -465,7 +465,7 @@ func (t *topology) nodesText(self int) string {
 }
 
 // infoText is the CLUSTER INFO text.
-func (t *topology) infoText(self int) string {
+func (t *topology) infoText() string {
 	assigned, known, size := 0, 0, 0
 	for s := range t.owner {
 		if t.owner[s] >= 0 {
@@ -497,6 +497,5 @@ func (t *topology) infoText(self int) string {
 		"cluster_current_epoch:" + ep,
 		"cluster_my_epoch:" + ep,
 	}
-	_ = self
 	return strings.Join(lines, "\r\n") + "\r\n"
 }

@@ -311,6 +311,9 @@ func TestClusterConfigSlots(t *testing.T) {
 			t.Errorf("NewCluster(%+v) accepted", bad)
 		}
 	}
+	if n := len(e.Endpoints()); n != 2 {
+		t.Errorf("%d endpoints after the refused configs, want the first cluster's 2", n)
+	}
 }
 
 func TestClusterMovedAndCrossSlot(t *testing.T) {
