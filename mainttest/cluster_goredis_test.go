@@ -229,14 +229,21 @@ func TestClusterGoRedisBuiltinSMigrated(t *testing.T) {
 // handler, under load (INCRs on keys all over the slot space, pipelines,
 // transactions on hash tags), through a migration of a third of the slots
 // whose keys leave the source slot by slot (so -ASK), then the source's
-// removal. Every command gets its one reply: nothing fails, no INCR is lost
-// or counted twice, and the redirects are served and followed.
+// removal. Every command gets its one reply: nothing fails, even with no
+// retries, no INCR is lost or counted twice, and the ASKs are served and
+// followed.
 func TestClusterGoRedisReshardUnderLoad(t *testing.T) {
+	for _, retries := range []int{0, -1} { // go-redis's default (3), none
+		t.Run(fmt.Sprintf("MaxRetries=%d", retries), func(t *testing.T) { reshardUnderLoad(t, retries) })
+	}
+}
+
+func reshardUnderLoad(t *testing.T, maxRetries int) {
 	e := newEmu(t, Config{})
 	cl := newCluster(t, e, ClusterConfig{})
 	nodes := cl.Nodes()
 	src := nodes[2]
-	c := clusterClient(t, cl, redis.ClusterOptions{PoolSize: 8})
+	c := clusterClient(t, cl, redis.ClusterOptions{PoolSize: 8, MaxRetries: maxRetries})
 	ctx := context.Background()
 
 	const workers, keysPer = 6, 40
@@ -335,8 +342,10 @@ func TestClusterGoRedisReshardUnderLoad(t *testing.T) {
 		}
 	}
 	st := src.Stats()
-	if st.Cluster.Ask == 0 || st.Cluster.Moved == 0 {
-		t.Errorf("source redirects %+v: want both ASK and MOVED", st.Cluster)
+	// MOVED after the ownership change depends on whether go-redis's
+	// reload on ASK came first: it is logged, not asserted.
+	if st.Cluster.Ask == 0 || nodes[0].Stats().Cluster.Asking+nodes[1].Stats().Cluster.Asking == 0 {
+		t.Errorf("source redirects %+v: want ASKs, followed with ASKING", st.Cluster)
 	}
 	if st.OwedAtClose != 0 {
 		t.Errorf("the removed node closed %d connections owing %d replies", st.Cluster.ClosedAtRemoval, st.OwedAtClose)
