@@ -88,11 +88,30 @@ func TestClusterGoRedisSpread(t *testing.T) {
 	}
 }
 
+// clientVariants are the ClusterClients the redirect tests run with: no
+// maintenance handler (RESP2) and go-redis's built-in enabled (RESP3).
+var clientVariants = []struct {
+	name string
+	opt  func() redis.ClusterOptions
+}{
+	{"plain", func() redis.ClusterOptions { return redis.ClusterOptions{} }},
+	{"builtin", func() redis.ClusterOptions {
+		return redis.ClusterOptions{Protocol: 3, MaintNotificationsConfig: &maintnotifications.Config{
+			Mode: maintnotifications.ModeEnabled, EndpointType: maintnotifications.EndpointTypeInternalIP}}
+	}},
+}
+
 func TestClusterGoRedisFollowsMoved(t *testing.T) {
+	for _, v := range clientVariants {
+		t.Run(v.name, func(t *testing.T) { followsMoved(t, v.opt()) })
+	}
+}
+
+func followsMoved(t *testing.T, opt redis.ClusterOptions) {
 	e := newEmu(t, Config{})
 	cl := newCluster(t, e, ClusterConfig{})
 	nodes := cl.Nodes()
-	c := clusterClient(t, cl, redis.ClusterOptions{})
+	c := clusterClient(t, cl, opt)
 	ctx := context.Background()
 	k := keyOn(t, cl, nodes[0], "moving")
 	if err := c.Set(ctx, k, "v", 0).Err(); err != nil {
@@ -119,10 +138,16 @@ func TestClusterGoRedisFollowsMoved(t *testing.T) {
 }
 
 func TestClusterGoRedisFollowsAsk(t *testing.T) {
+	for _, v := range clientVariants {
+		t.Run(v.name, func(t *testing.T) { followsAsk(t, v.opt()) })
+	}
+}
+
+func followsAsk(t *testing.T, opt redis.ClusterOptions) {
 	e := newEmu(t, Config{})
 	cl := newCluster(t, e, ClusterConfig{})
 	nodes := cl.Nodes()
-	c := clusterClient(t, cl, redis.ClusterOptions{})
+	c := clusterClient(t, cl, opt)
 	ctx := context.Background()
 	k := keyOn(t, cl, nodes[1], "asked")
 	if err := c.Set(ctx, k, "1", 0).Err(); err != nil {

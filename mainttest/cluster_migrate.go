@@ -58,13 +58,15 @@ type SlotMigration struct {
 	// leaves CLUSTER SLOTS, stops accepting at once and closes its
 	// connections CloseAfter later.
 	RemoveSource bool
-	CloseAfter   time.Duration
+	// CloseAfter is how long a removed source keeps its open connections
+	// (answering their key commands with -MOVED) before it closes them.
+	CloseAfter time.Duration
 }
 
 // SlotTarget is one more destination of a SlotMigration.
 type SlotTarget struct {
-	Slots string
-	To    *Endpoint
+	Slots string    // slot list moved, such as "100-200"
+	To    *Endpoint // their destination
 }
 
 // AllKeys is a SlotMigration.KeyMoved under which every key of the
