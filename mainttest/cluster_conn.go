@@ -23,7 +23,8 @@ const (
 	// (RemoveNode, SlotMigration.RemoveSource).
 	KindNodeRemove = "node_remove"
 	// KindRemovedClose: a removed node closed the connections it still
-	// had; Detail has "closed=N owed=M".
+	// had; Detail has "closed=N owed=M". Each connection's KindClose gives
+	// the reason "removed".
 	KindRemovedClose = "removed_close"
 	// KindSlotMap: a node answered CLUSTER SLOTS, SHARDS or NODES (Detail
 	// names which); Conn is the asking connection. Clients reload their slot
