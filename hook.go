@@ -65,6 +65,9 @@ type Maint struct {
 	// hooked is set once go-redis has taken the process hooks (AddHook):
 	// only then can commands be held before they take a connection.
 	hooked atomic.Bool
+	// obs are the observers of the Maint's events (observe.go), copied on
+	// write under mu.
+	obs atomic.Pointer[[]*observer]
 }
 
 var _ redis.Hook = (*Maint)(nil)
@@ -85,7 +88,7 @@ func New(opts ...Option) *Maint {
 	switch m.s.endpoint {
 	case "", "internal-ip", "internal-fqdn", "external-ip", "external-fqdn", "none":
 	default:
-		m.logf("maint: unknown EndpointType %q, using auto", m.s.endpoint)
+		m.warn("unknown EndpointType, using auto", "endpoint_type", m.s.endpoint)
 		m.s.endpoint = ""
 	}
 	return m
@@ -162,6 +165,7 @@ type hold struct {
 	released chan struct{}
 	once     sync.Once
 	until    time.Time // the hold budget's end, a bound for waiters
+	tally    holdTally // the commands that waited on it (report.go)
 }
 
 func (h *hold) release() { h.once.Do(func() { close(h.released) }) }
@@ -248,19 +252,31 @@ func (m *Maint) waitHold(ctx context.Context, h *hold) error {
 	if d <= 0 {
 		return nil
 	}
+	start := time.Now()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-h.released:
+		m.heldDone(h, start, "released")
 		return nil
 	case <-t.C:
+		m.heldDone(h, start, "budget")
 		return nil // the budget is spent: let the command try
 	case <-m.ctx.Done():
+		m.heldDone(h, start, "closed")
 		return nil // closed: step aside
 	case <-ctx.Done():
 		m.c.heldTimeouts.Add(1)
+		m.heldDone(h, start, "timeout")
 		return fmt.Errorf("%w on %s: %w", ErrHeld, h.node, ctx.Err())
 	}
+}
+
+// heldDone counts and reports a command that stopped waiting on h.
+func (m *Maint) heldDone(h *hold, start time.Time, why string) {
+	d := time.Since(start)
+	h.tally.note(d, why == "timeout")
+	m.emit(Event{Kind: EventHeld, Node: h.node, Count: 1, Duration: d, Detail: why})
 }
 
 // Configure prepares options for a new client: it turns go-redis's built-in
@@ -302,6 +318,7 @@ func (m *Maint) Close() error {
 	m.stopped.Store(true)
 	m.cancel()
 	m.unclaim()
+	m.endRelaxReports()
 	if hs := m.holds.Swap(nil); hs != nil {
 		for _, h := range *hs {
 			h.release()
@@ -326,14 +343,19 @@ func (m *Maint) goBackground(f func()) bool {
 	return true
 }
 
-func (m *Maint) logf(format string, args ...any) { m.s.logf(format, args...) }
-
+// emit logs e, and hands it to Config.OnEvent and to every observer.
 func (m *Maint) emit(e Event) {
 	if e.At.IsZero() {
 		e.At = time.Now()
 	}
+	m.logEvent(e)
 	if f := m.s.onEvent; f != nil {
 		f(e)
+	}
+	if os := m.obs.Load(); os != nil {
+		for _, o := range *os {
+			o.f(e)
+		}
 	}
 }
 

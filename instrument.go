@@ -14,6 +14,8 @@ import (
 type Group struct {
 	mu sync.Mutex // guards ms
 	ms []*Maint
+
+	obs groupObservers // observers (observe.go), guarded by mu
 }
 
 // Instrument installs maint on any go-redis client. A *redis.Client gets one
@@ -31,7 +33,7 @@ func Instrument(rdb redis.UniversalClient, opts ...Option) (*Group, error) {
 		c.AddHook(m)
 		g.add(m)
 		if n := c.PoolStats().TotalConns; n > 0 {
-			m.logf("maint: %d connections were made before maint was installed; they are not watched until the pool replaces them", n)
+			m.warn("connections made before maint was installed are not watched until the pool replaces them", "count", n)
 		}
 	case *redis.ClusterClient:
 		cs := &clusterState{reload: func() { c.ReloadState(context.Background()) }} // lazy: marks the slot map for reload
@@ -62,6 +64,7 @@ func Instrument(rdb redis.UniversalClient, opts ...Option) (*Group, error) {
 func (g *Group) add(m *Maint) {
 	g.mu.Lock()
 	g.ms = append(g.ms, m)
+	g.attachLocked(m)
 	g.mu.Unlock()
 }
 
