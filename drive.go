@@ -142,7 +142,7 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 	}
 	m.c.handoffs.Add(1)
 	m.emit(Event{Kind: EventHandoff, Node: n.key, Seq: nt.Seq, Duration: window, Successor: successor,
-		Detail: fmt.Sprintf("window=%v successor=%q identifying=%v", window, successor, ident)})
+		Detail: fmt.Sprintf("identifying=%v", ident)})
 	r.apply(first)
 	if !m.goBackground(r.loop) {
 		r.apply(h.Finish())

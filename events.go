@@ -126,7 +126,10 @@ func (e Event) String() string {
 	if e.Count != 0 {
 		s += fmt.Sprintf(" count=%d", e.Count)
 	}
-	if e.Duration != 0 {
+	switch {
+	case e.Kind == EventHandoff:
+		s += fmt.Sprintf(" window=%v successor=%q", e.Duration, e.Successor)
+	case e.Duration != 0:
 		s += fmt.Sprintf(" duration=%v", e.Duration)
 	}
 	if e.Detail != "" {

@@ -253,6 +253,7 @@ func (m *Maint) waitHold(ctx context.Context, h *hold) error {
 		return nil
 	}
 	start := time.Now()
+	h.tally.start()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -54,7 +54,9 @@ func (h *logfHandler) Handle(_ context.Context, r slog.Record) error {
 		writeAttr(&b, h.prefix, a)
 		return true
 	})
-	h.f("%s", b.String())
+	// The line is the format (escaped), so that a Logf that looks only at
+	// its format sees the text.
+	h.f(strings.ReplaceAll(b.String(), "%", "%%"))
 	return nil
 }
 

@@ -99,13 +99,19 @@ func (y *tally) replaced(t time.Time) { y.replacedAt.CompareAndSwap(0, t.UnixNan
 
 // holdTally is what a hold counts of the commands that waited on it.
 type holdTally struct {
-	held, failed atomic.Int64
-	longest      atomic.Int64 // nanoseconds
+	held, failed, waiting atomic.Int64
+	longest               atomic.Int64 // nanoseconds
 }
 
-// note counts one command that waited d on the hold.
-func (y *holdTally) note(d time.Duration, failed bool) {
+// start counts a command that begins to wait on the hold.
+func (y *holdTally) start() {
 	y.held.Add(1)
+	y.waiting.Add(1)
+}
+
+// note counts the end of a command's wait of d on the hold.
+func (y *holdTally) note(d time.Duration, failed bool) {
+	y.waiting.Add(-1)
 	if failed {
 		y.failed.Add(1)
 	}
@@ -131,6 +137,11 @@ func (r *run) report(end time.Time) *HandoffReport {
 		rep.ReplacementAt = time.Unix(0, ns)
 	}
 	if h := r.hold.Load(); h != nil {
+		// The hold was released a moment ago: let its waiters wake, so that
+		// their waits are counted.
+		for i := 0; i < 500 && h.tally.waiting.Load() > 0; i++ {
+			time.Sleep(time.Millisecond)
+		}
 		rep.Held = int(h.tally.held.Load())
 		rep.Failed = int(h.tally.failed.Load())
 		rep.LongestHold = time.Duration(h.tally.longest.Load())
