@@ -72,7 +72,7 @@ func TestLogfAdapter(t *testing.T) {
 	}))
 	defer m.Close()
 	m.emit(Event{Kind: EventHandoff, Node: "127.0.0.2:6379", Seq: 7, Duration: 15 * time.Second, Successor: "127.0.0.3:6379", Detail: "identifying=true"})
-	m.emit(Event{Kind: EventRetire, Node: "127.0.0.2:6379", Count: 3})           // Debug: dropped
+	m.emit(Event{Kind: EventRetire, Node: "127.0.0.2:6379", Count: 3})              // Debug: dropped
 	m.emit(Event{Kind: EventMalformed, Node: "127.0.0.2:6379", Detail: "100% bad"}) // Warn
 	m.warn("unknown EndpointType, using auto", "endpoint_type", "x")
 	require.Len(t, lines, 3)
