@@ -35,7 +35,9 @@ type HandoffReport struct {
 	// is the longest such wait, as counted when the handoff ended.
 	Held        int
 	LongestHold time.Duration
-	// Retired counts the connections taken out of circulation.
+	// Retired counts the connections the handoff took out of circulation,
+	// or fenced for a hold (Stats.Retired counts only those refused to the
+	// pool).
 	Retired int
 	// ClosedAtCap counts the old connections closed at the drain cap,
 	// BlockingAtCap those of them with a blocking command in flight (which
