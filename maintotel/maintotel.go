@@ -14,6 +14,7 @@
 // and what only maint knows:
 //
 //	redis.client.maint.handoff.duration        histogram s             MOVING read to the last old connection closed
+//	redis.client.maint.handoff.overruns        counter   {handoff}     handoffs that took longer than their MOVING's window
 //	redis.client.maint.commands.held           counter   {command}     commands that waited for a replacement, by outcome
 //	redis.client.maint.commands.held.duration  histogram s             how long they waited, by outcome
 //	redis.client.maint.commands.failed         counter   {command}     commands maint failed (held until their context ended)
@@ -57,6 +58,7 @@ const (
 // Metric names of what only maint records.
 const (
 	MetricHandoffDuration     = "redis.client.maint.handoff.duration"
+	MetricHandoffOverruns     = "redis.client.maint.handoff.overruns"
 	MetricCommandsHeld        = "redis.client.maint.commands.held"
 	MetricCommandsHeldTime    = "redis.client.maint.commands.held.duration"
 	MetricCommandsFailed      = "redis.client.maint.commands.failed"
@@ -131,6 +133,7 @@ type recorder struct {
 	relaxed       metric.Int64UpDownCounter
 	handoffs      metric.Int64Counter
 	handoffTime   metric.Float64Histogram
+	overruns      metric.Int64Counter
 	held          metric.Int64Counter
 	heldTime      metric.Float64Histogram
 	failed        metric.Int64Counter
@@ -195,6 +198,10 @@ func newRecorder(cfg config) (*recorder, error) {
 		metric.WithDescription("How long a handoff took: MOVING read to the last old connection closed"),
 		metric.WithUnit("s"),
 		metric.WithExplicitBucketBoundaries(0.1, 0.5, 1, 2, 5, 10, 15, 20, 30, 45, 60, 120, 300))
+	check(err)
+	r.overruns, err = m.Int64Counter(MetricHandoffOverruns,
+		metric.WithDescription("Handoffs that took longer than their MOVING's window"),
+		metric.WithUnit("{handoff}"))
 	check(err)
 	r.held, err = m.Int64Counter(MetricCommandsHeld,
 		metric.WithDescription("Commands that waited for a replacement node, by outcome"),
@@ -305,7 +312,11 @@ func (r *recorder) record(e maint.Event) {
 			if rep.Successor == "" {
 				how = "null"
 			}
-			r.handoffTime.Record(ctx, rep.Duration.Seconds(), r.attrsFor(e.Node, attribute.String(AttrOutcome, how)))
+			o := r.attrsFor(e.Node, attribute.String(AttrOutcome, how))
+			r.handoffTime.Record(ctx, rep.Duration.Seconds(), o)
+			if rep.Duration > rep.Window {
+				r.overruns.Add(ctx, 1, o)
+			}
 			r.connections(ctx, e.Node, "left_for_server", rep.LeftForServer)
 		}
 	case maint.EventUnsupported:

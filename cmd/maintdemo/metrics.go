@@ -95,6 +95,9 @@ func printMetrics(w io.Writer, runs []metricsRun) {
 				if e.Report != nil {
 					reports = append(reports, e.Report)
 					observe(series{"redis.client.maint.handoff.duration", node}, e.Report.Duration)
+					if e.Report.Duration > e.Report.Window {
+						sums[series{"redis.client.maint.handoff.overruns", node}]++
+					}
 					if e.Report.LeftForServer > 0 {
 						sums[series{"redis.client.maint.connections", node + ",redis.client.maint.event=left_for_server"}] += float64(e.Report.LeftForServer)
 					}
