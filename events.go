@@ -110,7 +110,8 @@ type Event struct {
 	// Successor is the address a MOVING named (EventHandoff, "" for a null
 	// endpoint) or where a replacement was found (EventReplacement).
 	Successor string
-	// Report is the handoff's report (EventHandoffReport).
+	// Report is the handoff's report (EventHandoffReport), shared by every
+	// receiver of the event: read it, do not change it.
 	Report *HandoffReport
 }
 
