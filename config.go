@@ -175,6 +175,7 @@ type settings struct {
 	handshakeRetry time.Duration // < 0: never remembered
 	allow          func(string) bool
 	log            *slog.Logger
+	logf           func(string, ...any) // unstructured lines, at Warn through log (see Maint.logf)
 	onEvent        func(Event)
 	// cluster is shared by the Maints of one cluster's node clients
 	// (cluster.go); nil outside a cluster.
@@ -196,6 +197,7 @@ func (c Config) settings() settings {
 		log:            c.logger(),
 		onEvent:        c.OnEvent,
 	}
+	s.logf = func(format string, args ...any) { s.log.Warn(fmt.Sprintf(format, args...)) }
 	if s.relaxed == 0 {
 		s.relaxed = 10 * time.Second
 	}

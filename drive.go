@@ -500,8 +500,7 @@ func (r *run) apply(act handoff.Action) {
 		}
 		m.endRun(r)
 		m.emit(Event{Kind: EventHandoffDone, Node: r.n.key, Seq: r.seq})
-		rep := r.report(time.Now())
-		m.emit(Event{Kind: EventHandoffReport, Node: r.n.key, Seq: r.seq, Count: rep.Retired, Duration: rep.Duration, Report: rep})
+		r.emitReport()
 	}
 	// Wake dials waiting out a doomed landing: the phase may have changed.
 	m.mu.Lock()

@@ -52,9 +52,11 @@ const (
 	// EventRelaxOff: a node's relaxation ended: no operation is open and the
 	// tail is over, or the cap passed, or the Maint was closed.
 	EventRelaxOff
-	// EventHeld: a command stopped waiting for a replacement; Duration says
-	// how long it waited, Detail why it stopped ("released", "budget",
-	// "closed" or "timeout": its context ended and maint failed it).
+	// EventHeld: a handoff that held commands has ended (emitted just
+	// before its report): Count commands waited for a replacement, Duration
+	// is the longest wait, Detail says how many maint failed ("failed=N":
+	// their context ended while they waited). One per handoff, never one per
+	// command: the release of a hold is when commands most need their turn.
 	EventHeld
 	// EventHandoffReport: a handoff's story, once it has ended (Report).
 	EventHandoffReport
@@ -103,8 +105,8 @@ type Event struct {
 	// Name is the push's name (MOVING, MIGRATING, ...) for
 	// EventNotification and EventReplayed.
 	Name string
-	// Duration is the MOVING's window (EventHandoff), how long a command
-	// waited (EventHeld), or the handoff's total duration
+	// Duration is the MOVING's window (EventHandoff), the longest wait of a
+	// held command (EventHeld), or the handoff's total duration
 	// (EventHandoffReport).
 	Duration time.Duration
 	// Successor is the address a MOVING named (EventHandoff, "" for a null

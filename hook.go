@@ -273,11 +273,10 @@ func (m *Maint) waitHold(ctx context.Context, h *hold) error {
 	}
 }
 
-// heldDone counts and reports a command that stopped waiting on h.
+// heldDone counts a command that stopped waiting on h, for the handoff's
+// report: atomics only, nothing per command beyond.
 func (m *Maint) heldDone(h *hold, start time.Time, why string) {
-	d := time.Since(start)
-	h.tally.note(d, why == "timeout")
-	m.emit(Event{Kind: EventHeld, Node: h.node, Count: 1, Duration: d, Detail: why})
+	h.tally.note(time.Since(start), why == "timeout")
 }
 
 // Configure prepares options for a new client: it turns go-redis's built-in

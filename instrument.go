@@ -33,7 +33,7 @@ func Instrument(rdb redis.UniversalClient, opts ...Option) (*Group, error) {
 		c.AddHook(m)
 		g.add(m)
 		if n := c.PoolStats().TotalConns; n > 0 {
-			m.warn("connections made before maint was installed are not watched until the pool replaces them", "count", n)
+			m.logf("maint: %d connections were made before maint was installed; they are not watched until the pool replaces them", n)
 		}
 	case *redis.ClusterClient:
 		cs := &clusterState{reload: func() { c.ReloadState(context.Background()) }} // lazy: marks the slot map for reload

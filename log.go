@@ -27,8 +27,8 @@ import (
 // starting a handoff, its report, a node's relaxation starting and ending:
 // a few lines per handoff), Warn for bad input and configurations that
 // switch part of maint off, Debug for everything per connection or per
-// command (each copy of a notification, retired connections, held
-// commands).
+// command (each copy of a notification, retired connections, the held
+// commands' summary, which the report repeats).
 //
 // Config.Logger receives the records; without one, Config.Logf receives
 // each Info-or-above record formatted as one line; without either, they go
@@ -143,7 +143,7 @@ var eventMessages = [...]string{
 	EventReplayed:         "maint: notification copy changed nothing",
 	EventRelaxOn:          "maint: node relaxed",
 	EventRelaxOff:         "maint: node relaxation ended",
-	EventHeld:             "maint: held command went on",
+	EventHeld:             "maint: commands were held",
 	EventHandoffReport:    "maint: handoff report",
 }
 
@@ -212,4 +212,4 @@ func (m *Maint) warn(msg string, args ...any) { m.s.log.Warn("maint: "+msg, args
 
 // logf logs a printf-formatted line at Warn, unstructured: kept for call
 // sites not converted to structured records yet.
-func (m *Maint) logf(format string, args ...any) { m.s.log.Warn(fmt.Sprintf(format, args...)) }
+func (m *Maint) logf(format string, args ...any) { m.s.logf(format, args...) }

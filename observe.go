@@ -29,9 +29,10 @@ func (m *Maint) Observe(f func(Event)) (cancel func()) {
 }
 
 // groupObservers are the functions subscribed to a Group: each is
-// subscribed to the group's Maints, present and future.
+// subscribed to the group's Maints, present and future. Guarded by the
+// group's mu.
 type groupObservers struct {
-	fs map[*observer][]func() // the observer, and its cancels on each Maint
+	fs map[*observer]map[*Maint]func() // the observer, and its cancel on each Maint
 }
 
 // Observe subscribes f to the events of every Maint of the group, those
@@ -42,14 +43,19 @@ func (g *Group) Observe(f func(Event)) (cancel func()) {
 	o := &observer{f: f}
 	g.mu.Lock()
 	if g.obs.fs == nil {
-		g.obs.fs = make(map[*observer][]func())
+		g.obs.fs = make(map[*observer]map[*Maint]func())
 	}
-	var cancels []func()
-	for _, m := range g.ms {
-		cancels = append(cancels, m.Observe(f))
-	}
-	g.obs.fs[o] = cancels
+	g.obs.fs[o] = make(map[*Maint]func())
 	g.mu.Unlock()
+	// From here on, attachLocked subscribes o to the Maints added; those
+	// already there are subscribed now (once each, whichever comes first).
+	for _, m := range g.Maints() {
+		g.mu.Lock()
+		if cs, ok := g.obs.fs[o]; ok && cs[m] == nil {
+			cs[m] = m.Observe(f)
+		}
+		g.mu.Unlock()
+	}
 	var once sync.Once
 	return func() {
 		once.Do(func() {
@@ -65,9 +71,12 @@ func (g *Group) Observe(f func(Event)) (cancel func()) {
 }
 
 // attachLocked subscribes the group's observers to m, a Maint joining the
-// group. g.mu is held.
+// group: every place that adds a Maint to the group calls it, with g.mu
+// held.
 func (g *Group) attachLocked(m *Maint) {
 	for o, cs := range g.obs.fs {
-		g.obs.fs[o] = append(cs, m.Observe(o.f))
+		if cs[m] == nil {
+			cs[m] = m.Observe(o.f)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package maint
 
 import (
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -123,6 +124,17 @@ func (y *holdTally) note(d time.Duration, failed bool) {
 			return
 		}
 	}
+}
+
+// emitReport emits the held commands' summary, if any waited, and the
+// report of r, which ends now, after the Finish action.
+func (r *run) emitReport() {
+	rep := r.report(time.Now())
+	if rep.Held > 0 {
+		r.m.emit(Event{Kind: EventHeld, Node: r.n.key, Seq: r.seq, Count: rep.Held, Duration: rep.LongestHold,
+			Detail: fmt.Sprintf("failed=%d", rep.Failed)})
+	}
+	r.m.emit(Event{Kind: EventHandoffReport, Node: r.n.key, Seq: r.seq, Count: rep.Retired, Duration: rep.Duration, Report: rep})
 }
 
 // report builds the report of r, which ends now, after the Finish action.

@@ -136,10 +136,14 @@ func TestHandoffReportHeld(t *testing.T) {
 	e := newEnv(t)
 	logs := &records{level: slog.LevelInfo}
 	reports := make(chan *maint.HandoffReport, 4)
+	helds := make(chan maint.Event, 4)
 	rdb, m, ev := e.client(routes[0], e.options(16), maint.WithLogger(slog.New(logs)))
 	defer m.Observe(func(ev maint.Event) {
-		if ev.Kind == maint.EventHandoffReport {
+		switch ev.Kind {
+		case maint.EventHandoffReport:
 			reports <- ev.Report
+		case maint.EventHeld:
+			helds <- ev
 		}
 	})()
 	require.NoError(t, rdb.Ping(context.Background()).Err())
@@ -165,8 +169,13 @@ func TestHandoffReportHeld(t *testing.T) {
 	assert.Zero(t, rep.Failed)
 	assert.Zero(t, l.failed.Load(), "failed commands: %v", l.errs)
 	assert.GreaterOrEqual(t, rep.Duration, window/2)
+	require.Len(t, helds, 1, "one held summary per handoff, none per command")
+	held := <-helds
+	assert.Equal(t, rep.Held, held.Count)
+	assert.Equal(t, rep.LongestHold, held.Duration)
+	assert.Equal(t, "failed=0", held.Detail)
 	counts := logs.byMessage()
 	t.Logf("Info-or-above records: %v; held %d", counts, m.Stats().Held)
-	assert.Zero(t, counts["maint: held command went on"], "a record per held command above Debug")
+	assert.Zero(t, counts["maint: commands were held"], "the held summary above Debug: the report tells it")
 	assert.Equal(t, 1, counts["maint: handoff report"])
 }

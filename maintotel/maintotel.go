@@ -15,8 +15,8 @@
 //
 //	redis.client.maint.handoff.duration        histogram s             MOVING read to the last old connection closed
 //	redis.client.maint.handoff.overruns        counter   {handoff}     handoffs that took longer than their MOVING's window
-//	redis.client.maint.commands.held           counter   {command}     commands that waited for a replacement, by outcome
-//	redis.client.maint.commands.held.duration  histogram s             how long they waited, by outcome
+//	redis.client.maint.commands.held           counter   {command}     commands that waited for a replacement
+//	redis.client.maint.hold.duration           histogram s             per handoff that held commands: the longest wait
 //	redis.client.maint.commands.failed         counter   {command}     commands maint failed (held until their context ended)
 //	redis.client.maint.connections             counter   {connection}  old connections retired, closed at the drain cap,
 //	                                                                   left open for the server; new ones doomed
@@ -26,7 +26,11 @@
 // Every measurement carries db.system.name = "redis", server.address and
 // server.port (the node concerned) and redis.client.library; the maint
 // metrics add one bounded attribute naming the kind of event
-// (redis.client.maint.event, .outcome or .reason, a handful of values each).
+// (redis.client.maint.event, .endpoint or .reason, a handful of values each).
+//
+// Held commands are counted when their handoff ends, from its report: maint
+// does nothing per command while they wait, and the release of a hold is
+// when they most need their turn.
 //
 // maintotel is a module of its own, so that maint's core does not depend on
 // OpenTelemetry. It attaches through maint's public event stream
@@ -60,7 +64,7 @@ const (
 	MetricHandoffDuration     = "redis.client.maint.handoff.duration"
 	MetricHandoffOverruns     = "redis.client.maint.handoff.overruns"
 	MetricCommandsHeld        = "redis.client.maint.commands.held"
-	MetricCommandsHeldTime    = "redis.client.maint.commands.held.duration"
+	MetricHoldDuration        = "redis.client.maint.hold.duration"
 	MetricCommandsFailed      = "redis.client.maint.commands.failed"
 	MetricConnections         = "redis.client.maint.connections"
 	MetricNotificationsIgnore = "redis.client.maint.notifications.ignored"
@@ -77,10 +81,9 @@ const (
 	// AttrEvent names what happened to connections: retired,
 	// closed_at_cap, left_for_server, doomed.
 	AttrEvent = "redis.client.maint.event"
-	// AttrOutcome says how a held command stopped waiting (released,
-	// budget, closed, timeout) or how a handoff's MOVING named its
-	// successor (named, null).
-	AttrOutcome = "redis.client.maint.outcome"
+	// AttrEndpoint says whether a handoff's MOVING named its successor:
+	// named, null.
+	AttrEndpoint = "redis.client.maint.endpoint"
 	// AttrReason says why a notification was ignored: malformed, replayed.
 	AttrReason = "redis.client.maint.reason"
 )
@@ -204,11 +207,11 @@ func newRecorder(cfg config) (*recorder, error) {
 		metric.WithUnit("{handoff}"))
 	check(err)
 	r.held, err = m.Int64Counter(MetricCommandsHeld,
-		metric.WithDescription("Commands that waited for a replacement node, by outcome"),
+		metric.WithDescription("Commands that waited for a replacement node"),
 		metric.WithUnit("{command}"))
 	check(err)
-	r.heldTime, err = m.Float64Histogram(MetricCommandsHeldTime,
-		metric.WithDescription("How long commands waited for a replacement node, by outcome"),
+	r.heldTime, err = m.Float64Histogram(MetricHoldDuration,
+		metric.WithDescription("Per handoff that held commands: the longest time a command waited for a replacement node"),
 		metric.WithUnit("s"),
 		metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
 	check(err)
@@ -300,19 +303,19 @@ func (r *recorder) record(e maint.Event) {
 	case maint.EventDoomed:
 		r.connections(ctx, e.Node, "doomed", 1)
 	case maint.EventHeld:
-		o := r.attrsFor(e.Node, attribute.String(AttrOutcome, e.Detail))
-		r.held.Add(ctx, 1, o)
+		o := r.attrsFor(e.Node)
+		r.held.Add(ctx, int64(e.Count), o)
 		r.heldTime.Record(ctx, e.Duration.Seconds(), o)
-		if e.Detail == "timeout" {
-			r.failed.Add(ctx, 1, r.attrsFor(e.Node))
-		}
 	case maint.EventHandoffReport:
 		if rep := e.Report; rep != nil {
+			if rep.Failed > 0 {
+				r.failed.Add(ctx, int64(rep.Failed), r.attrsFor(e.Node))
+			}
 			how := "named"
 			if rep.Successor == "" {
 				how = "null"
 			}
-			o := r.attrsFor(e.Node, attribute.String(AttrOutcome, how))
+			o := r.attrsFor(e.Node, attribute.String(AttrEndpoint, how))
 			r.handoffTime.Record(ctx, rep.Duration.Seconds(), o)
 			if rep.Duration > rep.Window {
 				r.overruns.Add(ctx, 1, o)

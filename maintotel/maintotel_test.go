@@ -262,7 +262,7 @@ func TestMetricsThroughMigratingAndMoving(t *testing.T) {
 	if !ok || len(h.DataPoints) != 1 || h.DataPoints[0].Count != 1 {
 		t.Fatalf("handoff duration: %+v", hm.Data)
 	}
-	if !has(h.DataPoints[0].Attributes, append(oldNode, attribute.String(maintotel.AttrOutcome, "named"))...) {
+	if !has(h.DataPoints[0].Attributes, append(oldNode, attribute.String(maintotel.AttrEndpoint, "named"))...) {
 		t.Errorf("handoff duration attributes: %v", h.DataPoints[0].Attributes)
 	}
 	if s := h.DataPoints[0].Sum; s <= 0 || s > 1 {

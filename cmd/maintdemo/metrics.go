@@ -87,14 +87,15 @@ func printMetrics(w io.Writer, runs []metricsRun) {
 			case maint.EventUnsupported:
 				sums[series{"redis.client.maint.handshake.refusals", node}]++
 			case maint.EventHeld:
-				observe(series{"redis.client.maint.commands.held.duration", node + ",redis.client.maint.outcome=" + e.Detail}, e.Duration)
-				if e.Detail == "timeout" {
-					sums[series{"redis.client.maint.commands.failed", node}]++
-				}
+				sums[series{"redis.client.maint.commands.held", node}] += float64(e.Count)
+				observe(series{"redis.client.maint.hold.duration", node}, e.Duration)
 			case maint.EventHandoffReport:
 				if e.Report != nil {
 					reports = append(reports, e.Report)
 					observe(series{"redis.client.maint.handoff.duration", node}, e.Report.Duration)
+					if e.Report.Failed > 0 {
+						sums[series{"redis.client.maint.commands.failed", node}] += float64(e.Report.Failed)
+					}
 					if e.Report.Duration > e.Report.Window {
 						sums[series{"redis.client.maint.handoff.overruns", node}]++
 					}
