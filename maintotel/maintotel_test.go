@@ -342,3 +342,53 @@ func atoi(t *testing.T, s string) int {
 	}
 	return n
 }
+
+// A null-endpoint MOVING whose DNS moves after the window: the commands
+// held are counted once, with the longest wait, when the handoff ends; none
+// failed; the handoff's endpoint attribute says null.
+func TestHeldCommands(t *testing.T) {
+	e := newEnv(t)
+	m := maint.New(maint.WithLogf(func(string, ...any) {}))
+	rdb := m.NewClient(e.options())
+	defer func() {
+		_ = rdb.Close()
+		_ = m.Close()
+	}()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+	stop, err := maintotel.Instrument(m, maintotel.WithMeterProvider(mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	ev := newEvents()
+	defer m.Observe(ev.add)()
+	e.warm(t, rdb)
+	window := time.Second
+	e.old.Moving(mainttest.Moving{Window: window, To: e.new, Null: true, StopAccepting: true,
+		DNSHost: host, DNSLag: window + 300*time.Millisecond})
+	ev.wait(t, rdb, maint.EventHandoffReport, 1)
+	ms := collect(t, reader)
+	held, _ := sumOf(t, ms, maintotel.MetricCommandsHeld)
+	if held < 1 {
+		t.Errorf("commands held = %d, want the PINGs sent while DNS lagged", held)
+	}
+	if ms[maintotel.MetricCommandsHeld].Unit != "{command}" {
+		t.Errorf("unit %q", ms[maintotel.MetricCommandsHeld].Unit)
+	}
+	hd, ok := ms[maintotel.MetricHoldDuration].Data.(metricdata.Histogram[float64])
+	if !ok || len(hd.DataPoints) != 1 || hd.DataPoints[0].Count != 1 {
+		t.Fatalf("hold duration: %+v", ms[maintotel.MetricHoldDuration].Data)
+	}
+	if s := hd.DataPoints[0].Sum; s <= 0 || s > 10 {
+		t.Errorf("longest hold = %vs", s)
+	}
+	if _, ok := ms[maintotel.MetricCommandsFailed]; ok {
+		t.Errorf("commands failed recorded: %+v", ms[maintotel.MetricCommandsFailed].Data)
+	}
+	h := ms[maintotel.MetricHandoffDuration].Data.(metricdata.Histogram[float64])
+	if len(h.DataPoints) != 1 || !has(h.DataPoints[0].Attributes, attribute.String(maintotel.AttrEndpoint, "null")) {
+		t.Errorf("handoff duration points: %+v", h.DataPoints)
+	}
+}
