@@ -28,9 +28,9 @@
 // metrics add one bounded attribute naming the kind of event
 // (redis.client.maint.event, .endpoint or .reason, a handful of values each).
 //
-// Held commands are counted when their handoff ends, from its report: maint
-// does nothing per command while they wait, and the release of a hold is
-// when they most need their turn.
+// Held commands are counted when their handoff ends (maint.EventHeld, one
+// per handoff): maint emits no event per command, since the release of a
+// hold is when held commands most need their turn.
 //
 // maintotel is a module of its own, so that maint's core does not depend on
 // OpenTelemetry. It attaches through maint's public event stream
