@@ -52,6 +52,9 @@ type Maint struct {
 	relaxedUntil atomic.Int64
 	// registered counts registrations, to sweep idle nodes now and then.
 	registered uint64
+	// obs are the observers of the Maint's events (observe.go), copied on
+	// write under mu.
+	obs atomic.Pointer[[]*observer]
 	// hs is what each endpoint answered to the opt-in (handshake.go).
 	// Guarded by mu, bounded.
 	hs map[string]*hsState
@@ -65,9 +68,6 @@ type Maint struct {
 	// hooked is set once go-redis has taken the process hooks (AddHook):
 	// only then can commands be held before they take a connection.
 	hooked atomic.Bool
-	// obs are the observers of the Maint's events (observe.go), copied on
-	// write under mu.
-	obs atomic.Pointer[[]*observer]
 }
 
 var _ redis.Hook = (*Maint)(nil)
