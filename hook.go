@@ -318,12 +318,12 @@ func (m *Maint) Close() error {
 	m.stopped.Store(true)
 	m.cancel()
 	m.unclaim()
-	m.endRelaxReports()
 	if hs := m.holds.Swap(nil); hs != nil {
 		for _, h := range *hs {
 			h.release()
 		}
 	}
+	m.endRelaxReports()
 	m.wg.Wait()
 	return nil
 }
