@@ -48,15 +48,19 @@ func TestGroupObserveLaterMaints(t *testing.T) {
 	var mu sync.Mutex
 	var nodes []string
 	cancel := g.Observe(func(e Event) { mu.Lock(); nodes = append(nodes, e.Node); mu.Unlock() })
-	later := New(WithLogger(slog.New(slog.DiscardHandler)))
-	defer later.Close()
-	g.add(later)
-	for _, m := range g.Maints() {
+	ring.SetAddrs(map[string]string{"a": "127.0.0.1:1", "b": "127.0.0.1:2"}) // a new shard: a new Maint
+	deadline := time.Now().Add(10 * time.Second)
+	for len(g.Maints()) < 2 {
+		require.True(t, time.Now().Before(deadline), "the new shard got no Maint")
+		time.Sleep(time.Millisecond)
+	}
+	ms := g.Maints()
+	for _, m := range ms {
 		m.emit(Event{Kind: EventRetire, Node: "n"})
 	}
 	cancel()
 	cancel()
-	later.emit(Event{Kind: EventRetire, Node: "after"})
+	ms[1].emit(Event{Kind: EventRetire, Node: "after"})
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Equal(t, []string{"n", "n"}, nodes)
