@@ -14,6 +14,8 @@ import (
 type Group struct {
 	mu sync.Mutex // guards ms
 	ms []*Maint
+
+	obs groupObservers // observers (observe.go), guarded by mu
 }
 
 // Instrument installs maint on any go-redis client. A *redis.Client gets one
@@ -62,6 +64,7 @@ func Instrument(rdb redis.UniversalClient, opts ...Option) (*Group, error) {
 func (g *Group) add(m *Maint) {
 	g.mu.Lock()
 	g.ms = append(g.ms, m)
+	g.attachLocked(m)
 	g.mu.Unlock()
 }
 
