@@ -2,7 +2,7 @@ package maint
 
 import (
 	"fmt"
-	"log"
+	"log/slog"
 	"net"
 	"net/netip"
 	"time"
@@ -57,8 +57,13 @@ type Config struct {
 	// refused one is treated like a null endpoint. See AllowNetworks.
 	AllowSuccessor func(successor string) bool
 	// Logf receives one line per notable event (bad input, handoffs, the
-	// handshake unsupported). nil means log.Printf.
+	// handshake unsupported): the Info-or-above records Logger would
+	// receive, each formatted as "msg key=value ...". It is used only when
+	// Logger is nil. Kept for compatibility; prefer Logger.
 	Logf func(format string, args ...any)
+	// Logger receives maint's structured log records (see WithLogger). nil
+	// means Logf, or slog.Default() when Logf is nil too.
+	Logger *slog.Logger
 	// OnEvent, if set, is called for every Event, outside any lock of the
 	// Maint. It must not block.
 	OnEvent func(Event)
@@ -117,6 +122,12 @@ func WithAllowSuccessor(f func(successor string) bool) Option {
 // WithLogf sets Config.Logf.
 func WithLogf(f func(format string, args ...any)) Option { return func(c *Config) { c.Logf = f } }
 
+// WithLogger sets Config.Logger: maint logs structured records with
+// stable keys (node, seq, kind, window, successor, count, duration, and the
+// handoff report's fields), a few at Info per handoff and none per command
+// or connection above Debug.
+func WithLogger(l *slog.Logger) Option { return func(c *Config) { c.Logger = l } }
+
 // WithOnEvent sets Config.OnEvent.
 func WithOnEvent(f func(Event)) Option { return func(c *Config) { c.OnEvent = f } }
 
@@ -163,7 +174,8 @@ type settings struct {
 	handshake      HandshakeMode
 	handshakeRetry time.Duration // < 0: never remembered
 	allow          func(string) bool
-	logf           func(string, ...any)
+	log            *slog.Logger
+	logf           func(string, ...any) // unstructured lines, at Warn through log (see Maint.logf)
 	onEvent        func(Event)
 	// cluster is shared by the Maints of one cluster's node clients
 	// (cluster.go); nil outside a cluster.
@@ -182,9 +194,10 @@ func (c Config) settings() settings {
 		handshake:      c.Handshake,
 		handshakeRetry: c.HandshakeRetry,
 		allow:          c.AllowSuccessor,
-		logf:           c.Logf,
+		log:            c.logger(),
 		onEvent:        c.OnEvent,
 	}
+	s.logf = func(format string, args ...any) { s.log.Warn(fmt.Sprintf(format, args...)) }
 	if s.relaxed == 0 {
 		s.relaxed = 10 * time.Second
 	}
@@ -208,9 +221,6 @@ func (c Config) settings() settings {
 	}
 	if s.maxWindow <= 0 {
 		s.maxWindow = time.Hour
-	}
-	if s.logf == nil {
-		s.logf = log.Printf
 	}
 	return s
 }

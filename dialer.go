@@ -100,7 +100,7 @@ func (m *Maint) dialWith(next dialFunc, o dialOpts) dialFunc {
 				if err != nil {
 					_ = raw.Close()
 					t.pin.CompareAndSwap(via, nil)
-					m.logf("maint: successor %s of %s rejected: %v", dialAddr, addr, err)
+					m.warn("successor rejected", "successor", dialAddr, "node", addr, "detail", err.Error())
 					return nil, fmt.Errorf("%w: %s for %s: %w", ErrSuccessorRejected, dialAddr, addr, err)
 				}
 			}
@@ -111,6 +111,7 @@ func (m *Maint) dialWith(next dialFunc, o dialOpts) dialFunc {
 			if r != nil {
 				_ = raw.Close()
 				m.c.doomed.Add(1)
+				r.tally.doomed.Add(1)
 				m.emit(Event{Kind: EventDoomed, Node: r.n.key, Seq: r.seq, Detail: "landed on " + remote})
 				if pinned && t.pin.CompareAndSwap(via, nil) {
 					// The pin leads to a node being retired (it names it, or
@@ -348,14 +349,12 @@ func (c *conn) onReply() {
 // buffers: it is removed from the stream like any other, but not acted on.
 func (c *conn) onOversize(name []byte, size int64) {
 	c.m.c.oversize.Add(1)
-	c.m.logf("maint: %s: a %s push of %d bytes is larger than maint reads; removed, not acted on", c.remote, name, size)
-	c.m.emit(Event{Kind: EventMalformed, Node: c.n.key, Detail: fmt.Sprintf("oversize %s push: %d bytes", name, size)})
+	c.m.emit(Event{Kind: EventMalformed, Node: c.n.key, Detail: fmt.Sprintf("oversize %s push: %d bytes, larger than maint reads: removed, not acted on", name, size)})
 }
 
 func (c *conn) onMalformedReply(err error) {
 	c.m.c.malformed.Add(1)
-	c.m.logf("maint: %s: reply stream cannot be framed, passing it through: %v", c.remote, err)
-	c.m.emit(Event{Kind: EventMalformed, Node: c.n.key, Detail: err.Error()})
+	c.m.emit(Event{Kind: EventMalformed, Node: c.n.key, Detail: "reply stream cannot be framed, passing it through: " + err.Error()})
 }
 
 // Read returns the server's bytes minus maintenance notifications.
@@ -506,7 +505,9 @@ func (c *conn) Close() error {
 
 // shut closes the connection and forgets it: Close and closeWith, once.
 func (c *conn) shut() error {
-	c.state.Store(stateClosed)
+	if s := c.state.Swap(stateClosed); s == stateFenced || s == stateRetired || s == stateClosing {
+		c.n.lastDrained.Store(time.Now().UnixNano())
+	}
 	c.m.unregister(c)
 	c.m.leadGone(c)
 	return c.raw.Close()

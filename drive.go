@@ -30,6 +30,7 @@ type run struct {
 	// probed receives the answer of a DNS probe, which runs beside the
 	// driver so that a slow or black-holed one never delays its timing.
 	probed chan bool
+	tally  tally // for the report (report.go)
 }
 
 // onNotification handles one stripped maintenance push. It runs on the
@@ -39,15 +40,14 @@ func (c *conn) onNotification(frame []byte) {
 	nt, err := resp.ParsePush(frame)
 	if err != nil {
 		m.c.malformed.Add(1)
-		m.logf("maint: %s: ignoring malformed notification: %v", c.remote, err)
-		m.emit(Event{Kind: EventMalformed, Node: c.n.key, Detail: err.Error()})
+		m.emit(Event{Kind: EventMalformed, Node: c.n.key, Detail: "ignoring malformed notification: " + err.Error()})
 		return
 	}
 	if m.ctx.Err() != nil {
 		return
 	}
 	m.c.notifications.Add(1)
-	m.emit(Event{Kind: EventNotification, Node: c.n.key, Seq: nt.Seq, Detail: describe(nt)})
+	m.emit(Event{Kind: EventNotification, Node: c.n.key, Seq: nt.Seq, Name: nt.Kind.String(), Detail: describe(nt)})
 	switch nt.Kind {
 	case resp.KindMoving:
 		m.onMoving(c, nt)
@@ -106,6 +106,7 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 		n.mu.Unlock()
 		m.mu.Unlock()
 		m.c.replayed.Add(1)
+		m.emit(Event{Kind: EventReplayed, Node: n.key, Seq: nt.Seq, Name: nt.Kind.String(), Detail: "older than the MOVING in progress"})
 		cur.adopt(c)
 		return
 	}
@@ -140,8 +141,8 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 		prev.supersede()
 	}
 	m.c.handoffs.Add(1)
-	m.emit(Event{Kind: EventHandoff, Node: n.key, Seq: nt.Seq,
-		Detail: fmt.Sprintf("window=%v successor=%q identifying=%v", window, successor, ident)})
+	m.emit(Event{Kind: EventHandoff, Node: n.key, Seq: nt.Seq, Duration: window, Successor: successor,
+		Detail: fmt.Sprintf("identifying=%v", ident)})
 	r.apply(first)
 	if !m.goBackground(r.loop) {
 		r.apply(h.Finish())
@@ -155,6 +156,7 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 // delivered by another node changes nothing.
 func (m *Maint) movingCopy(c *conn, nt resp.Notification, e seenMoving) {
 	m.c.replayed.Add(1)
+	m.emit(Event{Kind: EventReplayed, Node: c.n.key, Seq: nt.Seq, Name: nt.Kind.String()})
 	if r := c.n.run.Load(); r != nil && r.seq == nt.Seq {
 		r.adopt(c)
 		return
@@ -180,7 +182,6 @@ func (m *Maint) endRun(r *run) {
 // absurd.
 func (m *Maint) badInput(c *conn, seq int64, what string) {
 	m.c.malformed.Add(1)
-	m.logf("maint: %s: %s", c.n.key, what)
 	m.emit(Event{Kind: EventMalformed, Node: c.n.key, Seq: seq, Detail: what})
 }
 
@@ -339,7 +340,8 @@ func (r *run) probe() bool {
 	}
 	for _, x := range replaced {
 		if x == r {
-			r.m.emit(Event{Kind: EventReplacement, Node: r.n.key, Seq: r.seq, Detail: "DNS now names " + remote})
+			r.tally.replaced(time.Now())
+			r.m.emit(Event{Kind: EventReplacement, Node: r.n.key, Seq: r.seq, Successor: remote, Detail: "DNS now names " + remote})
 			return true
 		}
 	}
@@ -388,7 +390,8 @@ func (r *run) judge(remote string) classify.Verdict {
 func (r *run) sawReplacement(remote string) {
 	if ph := r.h.Phase(); ph == handoff.Awaiting || ph == handoff.Holding {
 		if r.replaced.CompareAndSwap(false, true) {
-			r.m.emit(Event{Kind: EventReplacement, Node: r.n.key, Seq: r.seq, Detail: "dial landed on " + remote})
+			r.tally.replaced(time.Now())
+			r.m.emit(Event{Kind: EventReplacement, Node: r.n.key, Seq: r.seq, Successor: remote, Detail: "dial landed on " + remote})
 		}
 		select {
 		case r.kick <- struct{}{}:
@@ -445,6 +448,10 @@ func (r *run) apply(act handoff.Action) {
 		// connection, so the old connections are refused at once and commands
 		// wait in the dial path instead.
 		n := m.retire(r.n, m.refuses(act.Has(handoff.Hold)))
+		r.tally.retired += n
+		if !act.Has(handoff.Hold) {
+			r.tally.replaced(time.Now()) // retired without a hold: a replacement can be had
+		}
 		_, capAt := r.h.Retired()
 		m.emit(Event{Kind: EventRetire, Node: r.n.key, Seq: r.seq, Count: n,
 			Detail: fmt.Sprintf("drain cap in %v", time.Until(capAt).Round(time.Millisecond))})
@@ -458,12 +465,15 @@ func (r *run) apply(act handoff.Action) {
 	if h := r.hold.Load(); act.Has(handoff.Release) && h != nil {
 		if !act.Has(handoff.Finish) {
 			m.retire(r.n, true) // a replacement can be had: refuse what is left
+			r.tally.replaced(time.Now())
 		}
 		m.releaseHold(h)
 		m.emit(Event{Kind: EventRelease, Node: r.n.key, Seq: r.seq})
 	}
 	if act.Has(handoff.CloseRemaining) {
 		closed, blocking, owed := m.closeRetired(r.n, false)
+		r.tally.closedAtCap += closed
+		r.tally.blockingAtCap += blocking
 		m.emit(Event{Kind: EventDrainCap, Node: r.n.key, Seq: r.seq, Count: closed,
 			Detail: fmt.Sprintf("with a blocking command in flight %d; left open, a reply owed %d", blocking, owed)})
 	}
@@ -490,6 +500,7 @@ func (r *run) apply(act handoff.Action) {
 		}
 		m.endRun(r)
 		m.emit(Event{Kind: EventHandoffDone, Node: r.n.key, Seq: r.seq})
+		r.emitReport()
 	}
 	// Wake dials waiting out a doomed landing: the phase may have changed.
 	m.mu.Lock()

@@ -42,6 +42,24 @@ const (
 	// EventMisuse: maint found itself installed in a way that switches part
 	// of it off (logged once; Detail says what).
 	EventMisuse
+	// EventReplayed: a copy or a late copy of a notification already acted
+	// on was read; it changed nothing (Name says which push).
+	EventReplayed
+	// EventRelaxOn: a node's timeouts became relaxed (it was not relaxed
+	// before). Every EventRelaxOn is followed by one EventRelaxOff for the
+	// same node, at the latest when the Maint is closed.
+	EventRelaxOn
+	// EventRelaxOff: a node's relaxation ended: no operation is open and the
+	// tail is over, or the cap passed, or the Maint was closed.
+	EventRelaxOff
+	// EventHeld: a handoff that held commands has ended (emitted just
+	// before its report): Count commands waited for a replacement, Duration
+	// is the longest wait, Detail says how many maint failed ("failed=N":
+	// their context ended while they waited). One per handoff, never one per
+	// command: the release of a hold is when commands most need their turn.
+	EventHeld
+	// EventHandoffReport: a handoff's story, once it has ended (Report).
+	EventHandoffReport
 )
 
 var eventNames = [...]string{
@@ -60,6 +78,11 @@ var eventNames = [...]string{
 	EventUnsupported:      "unsupported",
 	EventSuccessorRefused: "successor-refused",
 	EventMisuse:           "misuse",
+	EventReplayed:         "replayed",
+	EventRelaxOn:          "relax-on",
+	EventRelaxOff:         "relax-off",
+	EventHeld:             "held",
+	EventHandoffReport:    "handoff-report",
 }
 
 // String returns the kind's name.
@@ -71,6 +94,7 @@ func (k EventKind) String() string {
 }
 
 // Event is one thing a Maint did or saw, for logs, metrics and tests.
+// Fields that do not apply to its Kind are zero.
 type Event struct {
 	At     time.Time
 	Kind   EventKind
@@ -78,6 +102,19 @@ type Event struct {
 	Seq    int64  // notification sequence id, if any
 	Count  int    // connections concerned, if any
 	Detail string
+	// Name is the push's name (MOVING, MIGRATING, ...) for
+	// EventNotification and EventReplayed.
+	Name string
+	// Duration is the MOVING's window (EventHandoff), the longest wait of a
+	// held command (EventHeld), or the handoff's total duration
+	// (EventHandoffReport).
+	Duration time.Duration
+	// Successor is the address a MOVING named (EventHandoff, "" for a null
+	// endpoint) or where a replacement was found (EventReplacement).
+	Successor string
+	// Report is the handoff's report (EventHandoffReport), shared by every
+	// receiver of the event: read it, do not change it.
+	Report *HandoffReport
 }
 
 // String formats the event for a log line.
@@ -91,6 +128,12 @@ func (e Event) String() string {
 	}
 	if e.Count != 0 {
 		s += fmt.Sprintf(" count=%d", e.Count)
+	}
+	switch {
+	case e.Kind == EventHandoff:
+		s += fmt.Sprintf(" window=%v successor=%q", e.Duration, e.Successor)
+	case e.Duration != 0:
+		s += fmt.Sprintf(" duration=%v", e.Duration)
 	}
 	if e.Detail != "" {
 		s += " " + e.Detail

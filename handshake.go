@@ -318,6 +318,5 @@ func (m *Maint) noteRefusal(c *conn, msg string) {
 		return
 	}
 	m.c.unsupported.Add(1)
-	m.logf("maint: %s does not support maintenance notifications (%s); asking again in %v", c.remote, msg, m.s.handshakeRetry)
 	m.emit(Event{Kind: EventUnsupported, Node: c.remote, Detail: msg})
 }

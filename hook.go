@@ -52,6 +52,9 @@ type Maint struct {
 	relaxedUntil atomic.Int64
 	// registered counts registrations, to sweep idle nodes now and then.
 	registered uint64
+	// obs are the observers of the Maint's events (observe.go), copied on
+	// write under mu.
+	obs atomic.Pointer[[]*observer]
 	// hs is what each endpoint answered to the opt-in (handshake.go).
 	// Guarded by mu, bounded.
 	hs map[string]*hsState
@@ -85,7 +88,7 @@ func New(opts ...Option) *Maint {
 	switch m.s.endpoint {
 	case "", "internal-ip", "internal-fqdn", "external-ip", "external-fqdn", "none":
 	default:
-		m.logf("maint: unknown EndpointType %q, using auto", m.s.endpoint)
+		m.warn("unknown EndpointType, using auto", "endpoint_type", m.s.endpoint)
 		m.s.endpoint = ""
 	}
 	return m
@@ -162,6 +165,7 @@ type hold struct {
 	released chan struct{}
 	once     sync.Once
 	until    time.Time // the hold budget's end, a bound for waiters
+	tally    holdTally // the commands that waited on it (report.go)
 }
 
 func (h *hold) release() { h.once.Do(func() { close(h.released) }) }
@@ -248,19 +252,31 @@ func (m *Maint) waitHold(ctx context.Context, h *hold) error {
 	if d <= 0 {
 		return nil
 	}
+	start := time.Now()
+	h.tally.start()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-h.released:
+		m.heldDone(h, start, "released")
 		return nil
 	case <-t.C:
+		m.heldDone(h, start, "budget")
 		return nil // the budget is spent: let the command try
 	case <-m.ctx.Done():
+		m.heldDone(h, start, "closed")
 		return nil // closed: step aside
 	case <-ctx.Done():
 		m.c.heldTimeouts.Add(1)
+		m.heldDone(h, start, "timeout")
 		return fmt.Errorf("%w on %s: %w", ErrHeld, h.node, ctx.Err())
 	}
+}
+
+// heldDone counts a command that stopped waiting on h, for the handoff's
+// report: atomics only, nothing per command beyond.
+func (m *Maint) heldDone(h *hold, start time.Time, why string) {
+	h.tally.note(time.Since(start), why == "timeout")
 }
 
 // Configure prepares options for a new client: it turns go-redis's built-in
@@ -307,6 +323,7 @@ func (m *Maint) Close() error {
 			h.release()
 		}
 	}
+	m.endRelaxReports()
 	m.wg.Wait()
 	return nil
 }
@@ -326,14 +343,19 @@ func (m *Maint) goBackground(f func()) bool {
 	return true
 }
 
-func (m *Maint) logf(format string, args ...any) { m.s.logf(format, args...) }
-
+// emit logs e, and hands it to Config.OnEvent and to every observer.
 func (m *Maint) emit(e Event) {
 	if e.At.IsZero() {
 		e.At = time.Now()
 	}
+	m.logEvent(e)
 	if f := m.s.onEvent; f != nil {
 		f(e)
+	}
+	if os := m.obs.Load(); os != nil {
+		for _, o := range *os {
+			o.f(e)
+		}
 	}
 }
 

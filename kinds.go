@@ -58,6 +58,8 @@ type Group struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	obs groupObservers // observers (observe.go), guarded by mu
 }
 
 // member is one Maint of a group, and what tells whether its node client
@@ -99,6 +101,7 @@ func (g *Group) add(m *Maint, cli *redis.Client, live *liveHook) bool {
 	if cli != nil {
 		g.byCli[cli] = mb
 	}
+	g.attachLocked(m)
 	g.mu.Unlock()
 	return true
 }
@@ -400,6 +403,12 @@ func (g *Group) forget(mb *member) {
 	}
 	if mb.cli != nil && g.byCli[mb.cli] == mb {
 		delete(g.byCli, mb.cli)
+	}
+	for _, cs := range g.obs.fs { // the observers' subscriptions to mb go with it
+		if c := cs[mb.m]; c != nil {
+			c()
+			delete(cs, mb.m)
+		}
 	}
 	g.mu.Unlock()
 	_ = mb.m.Close()

@@ -36,7 +36,6 @@ func (m *Maint) noteUnchecked(c *conn) {
 // misuse says once what switches part of maint off.
 func (m *Maint) misuse(what string) {
 	m.misuseOnce.Do(func() {
-		m.logf("maint: %s", what)
 		m.emit(Event{Kind: EventMisuse, Detail: what})
 	})
 }
@@ -52,7 +51,7 @@ func (m *Maint) claim(opt *redis.Options) bool {
 	if cfg := opt.MaintNotificationsConfig; cfg != nil {
 		if owner, ok := configured.Load(cfg); ok {
 			if owner.(*Maint) != m {
-				m.logf("maint: Configure: these options are already configured by another Maint; left as they are")
+				m.warn("Configure: these options are already configured by another Maint; left as they are")
 			}
 			return false
 		}

@@ -83,6 +83,9 @@ type node struct {
 	// epoch changes whenever deadlines must be floored anew (relaxation
 	// starts, connections are retired); see conn.refloor.
 	epoch atomic.Uint64
+
+	rw          relaxWatch   // relaxation reported (relaxwatch.go), guarded by mu
+	lastDrained atomic.Int64 // unix ns: a retired or fenced connection last closed
 }
 
 func (m *Maint) target(addr string) *target {

@@ -72,10 +72,14 @@ func (m *Maint) relax(n *node, nt resp.Notification) {
 	}
 	n.ops = append(n.ops, op{kind: nt.Kind, seq: nt.Seq, shards: opShards(nt), capAt: now + int64(m.s.relaxCap)})
 	n.updateRelaxLocked(now)
+	on := m.syncRelaxLocked(n, now)
 	open := len(n.ops)
 	until := n.relaxUntil.Load()
 	n.mu.Unlock()
 	m.noteRelaxed(until)
+	if on != 0 {
+		m.emit(Event{Kind: on, Node: n.key, Seq: nt.Seq})
+	}
 
 	n.epoch.Add(1)
 	for _, c := range n.snapshot() {
@@ -131,8 +135,12 @@ func (m *Maint) relaxEnd(n *node, nt resp.Notification) {
 		n.tailUntil = t
 	}
 	n.updateRelaxLocked(now)
+	on := m.syncRelaxLocked(n, now)
 	open := len(n.ops)
 	n.mu.Unlock()
+	if on != 0 {
+		m.emit(Event{Kind: on, Node: n.key, Seq: nt.Seq})
+	}
 	m.emit(Event{Kind: EventRelaxEnd, Node: n.key, Seq: nt.Seq, Count: open,
 		Detail: fmt.Sprintf("%v ends seq %d; tail %v; %d still open", nt.Kind, ended, m.s.tail, open)})
 }

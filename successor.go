@@ -45,7 +45,7 @@ func (m *Maint) successor(c *conn, nt resp.Notification) string {
 	}
 	if c.t.tlsOpaque() {
 		if c.t.warnedOpaque.CompareAndSwap(false, true) {
-			m.logf("maint: %s: the client uses TLS but its connections hide their TLS state (a wrapping Dialer?): successors cannot be verified, so MOVINGs are treated as null", c.t.addr)
+			m.warn("the client uses TLS but its connections hide their TLS state (a wrapping Dialer?): successors cannot be verified, so MOVINGs are treated as null", "node", c.t.addr)
 		}
 		m.refuseSuccessor(c, nt.Seq, ep, "TLS state not inspectable")
 		return ""
@@ -55,7 +55,6 @@ func (m *Maint) successor(c *conn, nt resp.Notification) string {
 
 func (m *Maint) refuseSuccessor(c *conn, seq int64, ep, why string) {
 	m.c.refusedSuccessors.Add(1)
-	m.logf("maint: %s: MOVING successor %s refused (%s); treating it as null", c.n.key, ep, why)
 	m.emit(Event{Kind: EventSuccessorRefused, Node: c.n.key, Seq: seq, Detail: ep + ": " + why})
 }
 

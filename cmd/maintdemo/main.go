@@ -34,6 +34,7 @@ type settings struct {
 	check       bool
 	verbose     bool
 	cpuProfile  string // --cpuprofile: where to write a CPU profile of the whole run
+	metrics     bool   // --metrics: print what each maint client recorded (metrics.go)
 
 	// The soak (--scenario soak) instead of the scenarios.
 	soak       bool
@@ -85,6 +86,7 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 	fs.BoolVar(&s.json, "json", false, "print one JSON object instead of the tables")
 	fs.BoolVar(&s.check, "check", false, "exit with status 1 if maint failed any command (soak: or lost, duplicated or mixed up a write)")
 	fs.BoolVar(&s.verbose, "verbose", false, "log go-redis, maint and emulator events to stderr")
+	fs.BoolVar(&s.metrics, "metrics", false, "print the metrics each maint client recorded during its run, under maintotel's names, and each handoff's report (to stderr with --json; not with the soak)")
 	fs.StringVar(&s.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (to see what delays the load generator)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: maintdemo [flags]\n\n"+
@@ -221,6 +223,13 @@ func run(args []string, stdout io.Writer, stderr *os.File) int {
 		}
 	} else {
 		printSummary(stdout, rep)
+	}
+	if s.metrics {
+		out := stdout
+		if s.json {
+			out = stderr // stdout holds the one JSON object
+		}
+		printMetrics(out, rn.metrics)
 	}
 	if s.check && rep.MaintFailed+rep.MaintNotStarted > 0 {
 		fmt.Fprintf(stderr, "maintdemo: check failed: maint failed %d commands and did not start %d\n", rep.MaintFailed, rep.MaintNotStarted)

@@ -194,6 +194,8 @@ type runner struct {
 	s    *settings
 	logf func(format string, args ...any) // verbose log; never nil
 	prog *progress
+	// metrics are what the maint runs recorded, for --metrics (metrics.go).
+	metrics []metricsRun
 }
 
 // run plays scenario sc once for client k with maxRetries (0: go-redis's
@@ -300,6 +302,9 @@ func (rn *runner) run(sc *scenario, k clientKind, maxRetries int) (*runResult, e
 		r.Maint = &maintStats{Notifications: st.Notifications, Handoffs: st.Handoffs, Retired: st.Retired,
 			ClosedAtCap: st.ClosedAtCap, BusyAtCap: st.BusyAtCap, Doomed: st.Doomed, Held: st.Held,
 			HeldTimeouts: st.HeldTimeouts, Relaxations: st.Relaxations}
+		if s.metrics {
+			rn.recordMetrics(tag, st, events.all())
+		}
 	}
 	if k == clientBuiltin {
 		if mgr := rdb.GetMaintNotificationsManager(); mgr != nil {

@@ -1,0 +1,394 @@
+package maintotel_test
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.uber.org/goleak"
+
+	"github.com/maintkit/maint"
+	"github.com/maintkit/maint/maintotel"
+	"github.com/maintkit/maint/mainttest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const host = "redis.test"
+
+// env is one emulated database with an old and a new node on the same port.
+type env struct {
+	emu      *mainttest.Emulator
+	old, new *mainttest.Endpoint
+	addr     string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	emu, err := mainttest.New(mainttest.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = emu.Close() })
+	var old, nw *mainttest.Endpoint
+	for i := 0; i < 20 && nw == nil; i++ {
+		if old, err = emu.AddEndpoint("127.0.0.2:0"); err != nil {
+			t.Fatal(err)
+		}
+		nw, err = emu.AddEndpoint("127.0.0.3:" + old.Port())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	emu.DNS().Set(host, old.IP())
+	return &env{emu: emu, old: old, new: nw, addr: net.JoinHostPort(host, old.Port())}
+}
+
+// warm makes sure the client's connections are open and opted in, so
+// that each gets its copy of what the endpoint sends next.
+func (e *env) warm(t *testing.T, rdb *redis.Client) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for e.old.Stats().OptedIn < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("connections opted in: %d", e.old.Stats().OptedIn)
+		}
+		pingAll(rdb)
+	}
+}
+
+// pingAll sends PINGs on every connection of the pool at once: a slow
+// DEBUG SLEEP-free way to use them all is to hold them concurrently.
+func pingAll(rdb *redis.Client) {
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = rdb.Do(context.Background(), "PING").Err()
+		}()
+	}
+	wg.Wait()
+}
+
+func (e *env) options() *redis.Options {
+	return &redis.Options{
+		Addr: e.addr, Protocol: 3, PoolSize: 4, MinIdleConns: 4, MaxRetries: -1,
+		Dialer: e.emu.Dialer(), ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second,
+	}
+}
+
+// events collects a Maint's events and lets a test wait for one.
+type events struct {
+	mu   sync.Mutex
+	evs  []maint.Event
+	more chan struct{}
+}
+
+func newEvents() *events { return &events{more: make(chan struct{}, 1)} }
+
+func (l *events) add(e maint.Event) {
+	l.mu.Lock()
+	l.evs = append(l.evs, e)
+	l.mu.Unlock()
+	select {
+	case l.more <- struct{}{}:
+	default:
+	}
+}
+
+func (l *events) count(k maint.EventKind) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, e := range l.evs {
+		if e.Kind == k {
+			n++
+		}
+	}
+	return n
+}
+
+// wait keeps every connection of rdb busy with PINGs (so that each reads
+// its copy of a push) until n events of kind k have been seen.
+func (l *events) wait(t *testing.T, rdb *redis.Client, k maint.EventKind, n int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for l.count(k) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %d %v events", n, k)
+		}
+		pingAll(rdb)
+		select {
+		case <-l.more:
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// collect reads every metric the reader holds, by name.
+func collect(t *testing.T, r *sdkmetric.ManualReader) map[string]metricdata.Metrics {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[string]metricdata.Metrics)
+	for _, sm := range rm.ScopeMetrics {
+		if sm.Scope.Name != maintotel.ScopeName {
+			t.Errorf("scope %q", sm.Scope.Name)
+		}
+		for _, m := range sm.Metrics {
+			out[m.Name] = m
+		}
+	}
+	return out
+}
+
+// sumOf returns the int64 sum's points whose attributes include want.
+func sumOf(t *testing.T, ms map[string]metricdata.Metrics, name string, want ...attribute.KeyValue) (total int64, points int) {
+	t.Helper()
+	m, ok := ms[name]
+	if !ok {
+		t.Fatalf("no metric %s", name)
+	}
+	s, ok := m.Data.(metricdata.Sum[int64])
+	if !ok {
+		t.Fatalf("%s: data %T, want an int64 sum", name, m.Data)
+	}
+	for _, p := range s.DataPoints {
+		if has(p.Attributes, want...) {
+			total += p.Value
+			points++
+		}
+	}
+	return total, points
+}
+
+func has(set attribute.Set, want ...attribute.KeyValue) bool {
+	for _, kv := range want {
+		v, ok := set.Value(kv.Key)
+		if !ok || v != kv.Value {
+			return false
+		}
+	}
+	return true
+}
+
+// The shared metrics and maint's own after a MIGRATING and a MOVING: names,
+// units, attributes; the relaxed gauge back at 0 after MIGRATED and the
+// tail; one handoff per MOVING, not one per connection.
+func TestMetricsThroughMigratingAndMoving(t *testing.T) {
+	e := newEnv(t)
+	ev := newEvents()
+	m := maint.New(maint.WithRelaxedTail(200*time.Millisecond), maint.WithLogf(func(string, ...any) {}))
+	rdb := m.NewClient(e.options())
+	defer func() {
+		_ = rdb.Close()
+		_ = m.Close()
+	}()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+	stop, err := maintotel.Instrument(m, maintotel.WithMeterProvider(mp),
+		maintotel.WithAttributes(attribute.String("service.name", "test")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	// Observed after maintotel: an event seen here has been recorded.
+	defer m.Observe(ev.add)()
+
+	oldNode := []attribute.KeyValue{
+		attribute.String(maintotel.AttrDBSystem, "redis"),
+		attribute.String(maintotel.AttrServerAddr, e.old.IP()),
+		attribute.Int(maintotel.AttrServerPort, atoi(t, e.old.Port())),
+		attribute.String(maintotel.AttrLibrary, maintotel.Library()),
+		attribute.String("service.name", "test"),
+	}
+
+	// MIGRATING: the node is relaxed; the gauge reads 1.
+	e.warm(t, rdb)
+	e.old.Migrating(0, "1")
+	ev.wait(t, rdb, maint.EventRelaxOn, 1)
+	ms := collect(t, reader)
+	if v, _ := sumOf(t, ms, maintotel.MetricRelaxedTimeout, oldNode...); v != 1 {
+		t.Errorf("relaxed gauge during MIGRATING = %d, want 1", v)
+	}
+	if s := ms[maintotel.MetricRelaxedTimeout].Data.(metricdata.Sum[int64]); s.IsMonotonic {
+		t.Errorf("relaxed gauge is monotonic; want an up-down counter")
+	}
+
+	// MIGRATED and the tail: back at 0.
+	e.old.Migrated("1")
+	ev.wait(t, rdb, maint.EventRelaxOff, 1)
+	ms = collect(t, reader)
+	if v, n := sumOf(t, ms, maintotel.MetricRelaxedTimeout, oldNode...); v != 0 || n != 1 {
+		t.Errorf("relaxed gauge after MIGRATED and the tail = %d over %d points, want 0 over 1", v, n)
+	}
+
+	// A MOVING read by every connection: one handoff.
+	e.old.Moving(mainttest.Moving{Window: time.Second, To: e.new, DNSHost: host})
+	ev.wait(t, rdb, maint.EventHandoffReport, 1)
+	ms = collect(t, reader)
+
+	moving := append([]attribute.KeyValue{attribute.String(maintotel.AttrNotification, "MOVING")}, oldNode...)
+	if v, _ := sumOf(t, ms, maintotel.MetricNotifications, moving...); v < 1 {
+		t.Errorf("MOVING notifications = %d", v)
+	}
+	migrating := append([]attribute.KeyValue{attribute.String(maintotel.AttrNotification, "MIGRATING")}, oldNode...)
+	if v, _ := sumOf(t, ms, maintotel.MetricNotifications, migrating...); v < 1 {
+		t.Errorf("MIGRATING notifications = %d", v)
+	}
+	if v, n := sumOf(t, ms, maintotel.MetricHandoff, oldNode...); v != 1 || n != 1 {
+		t.Errorf("handoffs = %d over %d points, want 1: one per MOVING, not per connection", v, n)
+	}
+	// Several connections were handed off, and one handoff counted.
+	if v, _ := sumOf(t, ms, maintotel.MetricConnections, append(oldNode, attribute.String(maintotel.AttrEvent, "retired"))...); v < 2 {
+		t.Errorf("connections retired = %d, want the pool's (several)", v)
+	}
+	if v, _ := sumOf(t, ms, maintotel.MetricRelaxedTimeout); v != 0 {
+		t.Errorf("relaxed gauge after the MOVING = %d, want 0", v)
+	}
+
+	hm := ms[maintotel.MetricHandoffDuration]
+	h, ok := hm.Data.(metricdata.Histogram[float64])
+	if !ok || len(h.DataPoints) != 1 || h.DataPoints[0].Count != 1 {
+		t.Fatalf("handoff duration: %+v", hm.Data)
+	}
+	if !has(h.DataPoints[0].Attributes, append(oldNode, attribute.String(maintotel.AttrEndpoint, "named"))...) {
+		t.Errorf("handoff duration attributes: %v", h.DataPoints[0].Attributes)
+	}
+	if s := h.DataPoints[0].Sum; s <= 0 || s > 1 {
+		t.Errorf("handoff duration = %vs, want within the 1s window", s)
+	}
+	if _, ok := ms[maintotel.MetricHandoffOverruns]; ok {
+		t.Errorf("a handoff within its window counted as an overrun")
+	}
+
+	units := map[string]string{
+		maintotel.MetricNotifications:   "{notification}",
+		maintotel.MetricRelaxedTimeout:  "{relaxation}",
+		maintotel.MetricHandoff:         "{handoff}",
+		maintotel.MetricHandoffDuration: "s",
+		maintotel.MetricConnections:     "{connection}",
+	}
+	for name, unit := range units {
+		if got := ms[name].Unit; got != unit {
+			t.Errorf("%s: unit %q, want %q", name, got, unit)
+		}
+	}
+	if s := ms[maintotel.MetricHandoff].Data.(metricdata.Sum[int64]); !s.IsMonotonic {
+		t.Errorf("%s is not a counter", maintotel.MetricHandoff)
+	}
+}
+
+// A Group is observed, Maints installed after Instrument included; stop
+// takes back a relaxation still counted, so the gauge reads 0.
+func TestGroupAndStop(t *testing.T) {
+	e := newEnv(t)
+	rdb := redis.NewClient(e.options())
+	g, err := maint.Instrument(rdb, maint.WithRelaxedTail(time.Hour), maint.WithLogf(func(string, ...any) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = rdb.Close()
+		_ = g.Close()
+	}()
+	ev := newEvents()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+	stop, err := maintotel.Instrument(g, maintotel.WithMeterProvider(mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Observe(ev.add)()
+	e.warm(t, rdb)
+	e.old.Migrating(0, "1")
+	ev.wait(t, rdb, maint.EventRelaxOn, 1)
+	e.old.Migrated("1") // the tail lasts an hour: still relaxed
+	ev.wait(t, rdb, maint.EventRelaxEnd, 1)
+	if v, _ := sumOf(t, collect(t, reader), maintotel.MetricRelaxedTimeout); v != 1 {
+		t.Errorf("relaxed gauge in the tail = %d, want 1", v)
+	}
+	stop()
+	stop() // idempotent
+	if v, _ := sumOf(t, collect(t, reader), maintotel.MetricRelaxedTimeout); v != 0 {
+		t.Errorf("relaxed gauge after stop = %d, want 0", v)
+	}
+	// Closing the Maint reports the relaxation's end to the observers left.
+	_ = g.Close()
+	if ev.count(maint.EventRelaxOff) != 1 {
+		t.Errorf("relax-off events after Close = %d, want 1", ev.count(maint.EventRelaxOff))
+	}
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n := 0
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			t.Fatalf("port %q", s)
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
+
+// A null-endpoint MOVING whose DNS moves after the window: the commands
+// held are counted once, with the longest wait, when the handoff ends; none
+// failed; the handoff's endpoint attribute says null.
+func TestHeldCommands(t *testing.T) {
+	e := newEnv(t)
+	m := maint.New(maint.WithLogf(func(string, ...any) {}))
+	rdb := m.NewClient(e.options())
+	defer func() {
+		_ = rdb.Close()
+		_ = m.Close()
+	}()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+	stop, err := maintotel.Instrument(m, maintotel.WithMeterProvider(mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	ev := newEvents()
+	defer m.Observe(ev.add)()
+	e.warm(t, rdb)
+	window := time.Second
+	e.old.Moving(mainttest.Moving{Window: window, To: e.new, Null: true, StopAccepting: true,
+		DNSHost: host, DNSLag: window + 300*time.Millisecond})
+	ev.wait(t, rdb, maint.EventHandoffReport, 1)
+	ms := collect(t, reader)
+	held, _ := sumOf(t, ms, maintotel.MetricCommandsHeld)
+	if held < 1 {
+		t.Errorf("commands held = %d, want the PINGs sent while DNS lagged", held)
+	}
+	if ms[maintotel.MetricCommandsHeld].Unit != "{command}" {
+		t.Errorf("unit %q", ms[maintotel.MetricCommandsHeld].Unit)
+	}
+	hd, ok := ms[maintotel.MetricHoldDuration].Data.(metricdata.Histogram[float64])
+	if !ok || len(hd.DataPoints) != 1 || hd.DataPoints[0].Count != 1 {
+		t.Fatalf("hold duration: %+v", ms[maintotel.MetricHoldDuration].Data)
+	}
+	if s := hd.DataPoints[0].Sum; s <= 0 || s > 10 {
+		t.Errorf("longest hold = %vs", s)
+	}
+	if _, ok := ms[maintotel.MetricCommandsFailed]; ok {
+		t.Errorf("commands failed recorded: %+v", ms[maintotel.MetricCommandsFailed].Data)
+	}
+	h := ms[maintotel.MetricHandoffDuration].Data.(metricdata.Histogram[float64])
+	if len(h.DataPoints) != 1 || !has(h.DataPoints[0].Attributes, attribute.String(maintotel.AttrEndpoint, "null")) {
+		t.Errorf("handoff duration points: %+v", h.DataPoints)
+	}
+}

@@ -1,0 +1,82 @@
+package maint
+
+import "sync"
+
+// An observer is one function subscribed to a Maint's events.
+type observer struct{ f func(Event) }
+
+// Observe subscribes f to every Event the Maint emits from now on, in
+// addition to Config.OnEvent, and returns the function that unsubscribes
+// it (idempotent). f is called on the goroutine that emits the event,
+// outside any lock of the Maint, and must not block. Observers are how
+// packages such as maintotel attach to a Maint that already runs.
+//
+// Emitting an event loads the observer list once: with no observer, it
+// costs one atomic load and allocates nothing; subscribing copies the list.
+func (m *Maint) Observe(f func(Event)) (cancel func()) {
+	o := &observer{f: f}
+	m.mu.Lock()
+	swapIn(&m.obs, nil, o)
+	m.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			m.mu.Lock()
+			swapIn(&m.obs, o, nil)
+			m.mu.Unlock()
+		})
+	}
+}
+
+// groupObservers are the functions subscribed to a Group: each is
+// subscribed to the group's Maints, present and future. Guarded by the
+// group's mu.
+type groupObservers struct {
+	fs map[*observer]map[*Maint]func() // the observer, and its cancel on each Maint
+}
+
+// Observe subscribes f to the events of every Maint of the group, those
+// installed already and those installed later (a cluster's new nodes), and
+// returns the function that unsubscribes it from all of them (idempotent).
+// Events do not say which Maint emitted them; Event.Node names the node.
+func (g *Group) Observe(f func(Event)) (cancel func()) {
+	o := &observer{f: f}
+	g.mu.Lock()
+	if g.obs.fs == nil {
+		g.obs.fs = make(map[*observer]map[*Maint]func())
+	}
+	g.obs.fs[o] = make(map[*Maint]func())
+	g.mu.Unlock()
+	// From here on, attachLocked subscribes o to the Maints added; those
+	// already there are subscribed now (once each, whichever comes first).
+	for _, m := range g.Maints() {
+		g.mu.Lock()
+		if cs, ok := g.obs.fs[o]; ok && cs[m] == nil {
+			cs[m] = m.Observe(f)
+		}
+		g.mu.Unlock()
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			g.mu.Lock()
+			cs := g.obs.fs[o]
+			delete(g.obs.fs, o)
+			g.mu.Unlock()
+			for _, c := range cs {
+				c()
+			}
+		})
+	}
+}
+
+// attachLocked subscribes the group's observers to m, a Maint joining the
+// group: every place that adds a Maint to the group calls it, with g.mu
+// held.
+func (g *Group) attachLocked(m *Maint) {
+	for o, cs := range g.obs.fs {
+		if cs[m] == nil {
+			cs[m] = m.Observe(o.f)
+		}
+	}
+}
