@@ -31,61 +31,75 @@ import (
 // one per connection.
 
 // prepareHandshake arms the connection's first write: if it is go-redis's
-// HELLO 3, the opt-in goes right behind it. Nothing is armed for an
-// endpoint that refused it within the cooldown. While another connection's
-// opt-in to the same endpoint waits for its answer (a cold burst of first
-// connections), this one waits for that answer first, bounded by ctx and
+// HELLO 3, the opt-in goes right behind it (writeFirst), unless the
+// endpoint refused it within the cooldown.
+//
+// Which connection asks is decided at that first write, not at the dial: a
+// connection may be dialled and never written (go-redis initialises idle
+// connections, MinIdleConns ones among them, lazily), so a leader chosen at
+// the dial could keep every other connection waiting for an answer that
+// never comes. At its first write, a connection to an endpoint whose answer
+// is not known either leads (sends the opt-in, the only one in flight for
+// that endpoint) or waits for the leader's answer, bounded by
 // handshakeWait: an endpoint that refuses is asked once, not once per
-// connection of the burst.
-func (c *conn) prepareHandshake(ctx context.Context, tlsOn bool) {
+// connection of a cold burst.
+func (c *conn) prepareHandshake(_ context.Context, tlsOn bool) {
 	if c.remote == "" {
 		return
 	}
-	m := c.m
-	for waited := false; ; waited = true {
-		now := monoNow()
-		m.mu.Lock()
-		st := m.hs[c.remote]
-		if st == nil || (st.pending == nil && st.refusedUntil <= now && !st.ok) {
-			if st == nil {
-				st = &hsState{}
-				m.pruneHSLocked(now)
-				m.hs[c.remote] = st
-			}
-			st.pending = make(chan struct{})
-			c.hsLead = st
-			m.mu.Unlock()
-			break
-		}
-		if st.refusedUntil > now {
-			m.mu.Unlock()
-			return
-		}
-		ch, ok := st.pending, st.ok
-		m.mu.Unlock()
-		if ch == nil || ok || waited {
-			// Supported (or already waited once): every connection opts in.
-			// A leader may never send its opt-in (go-redis initialises idle
-			// connections lazily), so an answer known from another
-			// connection is not waited for again.
-			break
-		}
-		t := time.NewTimer(handshakeWait)
-		select {
-		case <-ch:
-		case <-t.C:
-		case <-ctx.Done():
-		case <-m.ctx.Done():
-		}
-		t.Stop()
-	}
-	typ := m.endpointType(c.remote, tlsOn)
+	typ := c.m.endpointType(c.remote, tlsOn)
 	cmd := resp.AppendArrayHeader(nil, 5)
 	for _, a := range []string{"CLIENT", "MAINT_NOTIFICATIONS", "ON", "moving-endpoint-type", typ} {
 		cmd = resp.AppendBulk(cmd, []byte(a))
 	}
 	c.inject = cmd
-	c.rd.OnDropped = c.onHandshakeReply
+}
+
+// takeTurn decides, at c's first write, whether c sends the opt-in: not
+// when its endpoint refused it within the cooldown; at once when the
+// endpoint accepted it (every connection must opt in); as the leader when
+// no answer is known and none is awaited; otherwise after the awaited
+// answer, bounded by handshakeWait (past it, c asks anyway).
+func (m *Maint) takeTurn(c *conn) bool {
+	deadline := time.Now().Add(handshakeWait)
+	for {
+		now := monoNow()
+		m.mu.Lock()
+		st := m.hs[c.remote]
+		if st == nil {
+			m.pruneHSLocked(now)
+			st = &hsState{}
+			m.hs[c.remote] = st
+		}
+		switch {
+		case st.refusedUntil > now:
+			m.mu.Unlock()
+			return false
+		case st.ok:
+			m.mu.Unlock()
+			return true
+		case st.pending == nil:
+			st.pending = make(chan struct{})
+			c.hsLead = st
+			m.mu.Unlock()
+			return true
+		}
+		ch := st.pending
+		m.mu.Unlock()
+		d := time.Until(deadline)
+		if d <= 0 {
+			return true
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ch:
+		case <-t.C:
+		case <-m.ctx.Done():
+			t.Stop()
+			return false
+		}
+		t.Stop()
+	}
 }
 
 // hsState is what a Maint knows of one endpoint's answer to the opt-in.
@@ -177,10 +191,10 @@ const hsForget = 10 * time.Minute
 func (c *conn) writeFirst(p []byte, commands int) (int, error) {
 	cmd := c.inject
 	c.inject = nil
-	if commands < 1 || !isHello3(p) {
-		c.m.leadGone(c) // no RESP3 here: nobody waits for this one
-		return c.raw.Write(p)
+	if commands < 1 || !isHello3(p) || !c.m.takeTurn(c) {
+		return c.raw.Write(p) // no RESP3 here, or the endpoint refused it lately
 	}
+	c.rd.OnDropped = c.onHandshakeReply
 	// The replies to the commands of p are go-redis's (HELLO alone, in
 	// go-redis v9.23: TestGoRedisWritesHelloFirst); the next one is ours.
 	c.rd.DropReply(commands)
