@@ -49,24 +49,42 @@ func TestRealClusterReshard(t *testing.T) {
 	}
 	rc := openRealCluster(t, strings.Split(env, ","))
 
-	plain := rc.reshardUnderLoad(t, "no handler", nil)
-	withMaint := rc.reshardUnderLoad(t, "maint.Instrument", func(c *redis.ClusterClient) (*maint.Group, error) {
-		return maint.Instrument(c)
+	plain := rc.reshardUnderLoad(t, "no handler", func(opt *redis.ClusterOptions) (*redis.ClusterClient, *maint.Group) {
+		return redis.NewClusterClient(opt), nil
 	})
+	// Instrument before the first command: every node client is created
+	// after the install.
+	instrumented := rc.reshardUnderLoad(t, "maint.Instrument", func(opt *redis.ClusterOptions) (*redis.ClusterClient, *maint.Group) {
+		c := redis.NewClusterClient(opt)
+		g, err := maint.Instrument(c)
+		require.NoError(t, err)
+		return c, g
+	})
+	// The options route: every node client made by the group, opted in
+	// (and refused by a server without maintenance notifications) from its
+	// first connection.
+	optioned := rc.reshardUnderLoad(t, "Group.NewClusterClient", func(opt *redis.ClusterOptions) (*redis.ClusterClient, *maint.Group) {
+		g := maint.NewGroup()
+		return g.NewClusterClient(opt), g
+	})
+	assert.NotZero(t, optioned.stats.Handshakes+optioned.stats.Unsupported,
+		"the options route never opted a node connection in: %+v", optioned.stats)
 
-	for _, r := range []*rcResult{plain, withMaint} {
+	for _, withMaint := range []*rcResult{instrumented, optioned} {
+		assert.LessOrEqual(t, withMaint.failed, plain.failed,
+			"%s failed more commands than go-redis alone: %v", withMaint.name, withMaint.errs)
+		assert.LessOrEqual(t, withMaint.dup, plain.dup, "%s ran more writes twice than go-redis alone", withMaint.name)
+		assert.Zero(t, withMaint.dup, "%s: writes run twice", withMaint.name)
+		if plain.failed == 0 {
+			assert.Zero(t, withMaint.failed, "%s: failed commands: %v", withMaint.name, withMaint.errs)
+		}
+	}
+	for _, r := range []*rcResult{plain, instrumented, optioned} {
 		// The reshard must have reached the client, or the comparison proves nothing.
 		assert.NotZero(t, r.moved+r.ask, "%s: no MOVED or ASK reached the client", r.name)
 		assert.Zero(t, r.lost, "%s: acknowledged writes lost", r.name)
 		assert.Zero(t, r.torn, "%s: a MULTI/EXEC seen half applied", r.name)
 		assert.Zero(t, r.wrongReads, "%s: reads returned a wrong value", r.name)
-	}
-	assert.LessOrEqual(t, withMaint.failed, plain.failed,
-		"maint failed more commands than go-redis alone: %v", withMaint.errs)
-	assert.LessOrEqual(t, withMaint.dup, plain.dup, "maint ran more writes twice than go-redis alone")
-	assert.Zero(t, withMaint.dup, "maint: writes run twice")
-	if plain.failed == 0 {
-		assert.Zero(t, withMaint.failed, "maint: failed commands: %v", withMaint.errs)
 	}
 }
 
@@ -220,6 +238,7 @@ type rcResult struct {
 	wrongReads           uint64
 	moved, ask, tryAgain uint64 // errors the node clients read, followed by go-redis
 	errs                 []string
+	stats                maint.Stats // the group's, when maint was installed
 }
 
 // rcCounter is one verified counter: acknowledged INCRs, and INCRs that
@@ -294,9 +313,10 @@ func (l *rcLoad) fail(what string, err error) {
 }
 
 // reshardUnderLoad moves rc.slots from a to b and back under load, through
-// a ClusterClient made for the run and given to install (nil: no handler)
-// before its first command.
-func (rc *realCluster) reshardUnderLoad(t *testing.T, name string, install func(*redis.ClusterClient) (*maint.Group, error)) *rcResult {
+// a ClusterClient made for the run by newClient, with its maint Group (nil:
+// no handler).
+func (rc *realCluster) reshardUnderLoad(t *testing.T, name string,
+	newClient func(*redis.ClusterOptions) (*redis.ClusterClient, *maint.Group)) *rcResult {
 	t.Helper()
 	ctx := context.Background()
 	var b [4]byte
@@ -333,17 +353,25 @@ func (rc *realCluster) reshardUnderLoad(t *testing.T, name string, install func(
 		require.NoError(t, verify.Set(ctx, filler(tag), "v-"+tag, 0).Err())
 	}
 
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: rc.addrs, PoolSize: 16})
+	rdb, g := newClient(&redis.ClusterOptions{Addrs: rc.addrs, PoolSize: 16})
 	defer rdb.Close()
-	var g *maint.Group
-	if install != nil {
-		var err error
-		g, err = install(rdb)
-		require.NoError(t, err)
+	if g != nil {
 		defer g.Close()
 	}
 	redirects := &rcRedirects{}
-	rdb.OnNewNode(func(node *redis.Client) { node.AddHook(redirects) })
+	// The node clients the client has already (Instrument may have loaded
+	// the slot map) and those it creates later, each counted once.
+	var hooked sync.Map
+	addRedirects := func(node *redis.Client) {
+		if _, dup := hooked.LoadOrStore(node, true); !dup {
+			node.AddHook(redirects)
+		}
+	}
+	rdb.OnNewNode(addRedirects)
+	_ = rdb.ForEachShard(ctx, func(_ context.Context, node *redis.Client) error {
+		addRedirects(node)
+		return nil
+	})
 
 	// Counters: writers INCR one key per moving slot plus the controls;
 	// pipelines INCR their own keys; MULTI/EXEC INCRs two keys of a tag.
@@ -542,7 +570,8 @@ func (rc *realCluster) reshardUnderLoad(t *testing.T, name string, install func(
 		name, rcSlots, rc.a, rc.b, took.Round(time.Millisecond), r.ok, r.failed, r.lost, r.dup, r.torn, r.wrongReads,
 		r.moved, r.ask, r.tryAgain, r.errs)
 	if g != nil {
-		t.Logf("%s: %d node Maints; %+v", name, len(g.Maints()), g.Stats())
+		r.stats = g.Stats()
+		t.Logf("%s: %d node Maints; %+v", name, len(g.Maints()), r.stats)
 		assert.GreaterOrEqual(t, len(g.Maints()), len(rc.addrs), "%s: a node client without maint", name)
 	}
 	return r
