@@ -26,7 +26,8 @@ import (
 // (MAINT_TEST_CLUSTER=host:port,host:port,...; .ci/run starts three on
 // loopback). A real online reshard (CLUSTER SETSLOT IMPORTING/MIGRATING,
 // MIGRATE key by key, CLUSTER SETSLOT NODE on every node) runs under load,
-// once with a bare ClusterClient and once with maint installed. Real servers
+// with a bare ClusterClient, then with maint installed by Instrument and by
+// the options route (Group.NewClusterClient). Real servers
 // send no SMIGRATING/SMIGRATED, so this proves that maint does no harm to
 // go-redis's own MOVED/ASK/TRYAGAIN handling: no more failed commands than
 // without maint, no acknowledged write lost, none run twice, no MULTI split.
