@@ -27,10 +27,10 @@ import (
 // loopback). A real online reshard (CLUSTER SETSLOT IMPORTING/MIGRATING,
 // MIGRATE key by key, CLUSTER SETSLOT NODE on every node) runs under load,
 // with a bare ClusterClient, then with maint installed by Instrument and by
-// the options route (Group.NewClusterClient). Real servers
-// send no SMIGRATING/SMIGRATED, so this proves that maint does no harm to
-// go-redis's own MOVED/ASK/TRYAGAIN handling: no more failed commands than
-// without maint, no acknowledged write lost, none run twice, no MULTI split.
+// the options route (Group.NewClusterClient). Real servers send no
+// SMIGRATING/SMIGRATED, so this proves that maint does no harm to go-redis's
+// own MOVED/ASK/TRYAGAIN handling: no more failed commands than without
+// maint, no acknowledged write lost, none run twice, no MULTI split.
 
 const (
 	rcSlots    = 200 // slots moved from node A to node B and back
