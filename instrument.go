@@ -34,11 +34,13 @@ func Instrument(rdb redis.UniversalClient, opts ...Option) (*Group, error) {
 			m.logf("maint: %d connections were made before maint was installed; they are not watched until the pool replaces them", n)
 		}
 	case *redis.ClusterClient:
-		cs := &clusterState{reload: func() { c.ReloadState(context.Background()) }} // lazy: marks the slot map for reload
+		cs := newClusterState(func() { c.ReloadState(context.Background()) }) // lazy: marks the slot map for reload
+		c.AddHook(clusterHook{cs})
 		c.OnNewNode(func(node *redis.Client) {
 			m := New(opts...)
 			m.s.cluster = cs
 			node.AddHook(m)
+			cs.join(node, m)
 			g.add(m)
 		})
 	case *redis.Ring:

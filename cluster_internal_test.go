@@ -1,0 +1,223 @@
+package maint
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/maintkit/maint/internal/resp"
+)
+
+func TestKeySlot(t *testing.T) {
+	assert.Equal(t, uint16(0x31C3), crc16("123456789"), "CRC16/XMODEM check value")
+	assert.Equal(t, 12182, keySlot("foo"), "CLUSTER KEYSLOT foo")
+	assert.Equal(t, keySlot("user1000"), keySlot("{user1000}.following"))
+	assert.Equal(t, keySlot("user1000"), keySlot("{user1000}.followers"))
+	assert.Equal(t, crc16("foo{}{bar}")%numSlots, uint16(keySlot("foo{}{bar}")), "an empty tag hashes the whole key")
+	assert.Equal(t, keySlot("{bar"), keySlot("foo{{bar}}zap"))
+	assert.Equal(t, keySlot("bar"), keySlot("foo{bar}{zap}"))
+}
+
+func TestCmdSlot(t *testing.T) {
+	assert.Equal(t, 12182, cmdSlot([]any{"get", "foo"}))
+	assert.Equal(t, 12182, cmdSlot([]any{"incr", []byte("foo")}))
+	assert.Equal(t, -1, cmdSlot([]any{"ping"}))
+	assert.Equal(t, -1, cmdSlot([]any{"cluster", "slots"}))
+	assert.Equal(t, keySlot("k"), cmdSlot([]any{"eval", "return 1", "1", "k"}))
+	assert.Equal(t, -1, cmdSlot([]any{"eval", "return 1", 0}))
+	assert.Equal(t, keySlot("dst"), cmdSlot([]any{"bitop", "and", "dst", "a"}))
+	assert.Equal(t, -1, cmdSlot([]any{"get", 42}), "a key maint cannot read is left to go-redis")
+	assert.Equal(t, -1, cmdSlot(nil))
+}
+
+func TestParseSlots(t *testing.T) {
+	r, err := parseSlots("5-7, 1,3-4")
+	require.NoError(t, err)
+	assert.Equal(t, "1,3-7", canonSlots(r))
+	for _, bad := range []string{"a", "3-1", "16384", "-1", "1-x", "0-16384"} {
+		_, err := parseSlots(bad)
+		assert.ErrorIs(t, err, errSlots, bad)
+	}
+	r, err = parseSlots("")
+	require.NoError(t, err)
+	assert.Empty(t, r)
+}
+
+// clusterFixture is two node clients' Maints of one cluster (src, dst) with
+// one connection each, and the slot map src 0-8191, dst 8192-16383.
+type clusterFixture struct {
+	cs         *clusterState
+	reloads    int
+	src, dst   *Maint
+	cSrc, cDst *conn
+}
+
+const srcAddr, dstAddr = "127.0.0.2:7000", "127.0.0.3:7001"
+
+func newClusterFixture(t *testing.T) *clusterFixture {
+	f := &clusterFixture{}
+	f.cs = newClusterState(func() { f.reloads++ })
+	mk := func(addr string) (*Maint, *conn) {
+		m := New(WithLogf(t.Logf))
+		m.s.cluster = f.cs
+		t.Cleanup(func() { _ = m.Close() })
+		f.cs.noteDial(m, addr)
+		return m, m.wrap(m.target(addr), &fakeConn{remote: addr}, addr)
+	}
+	f.src, f.cSrc = mk(srcAddr)
+	f.dst, f.cDst = mk(dstAddr)
+	f.cs.sawSlotMap([]redis.ClusterSlot{
+		{Start: 0, End: 8191, Nodes: []redis.ClusterNode{{Addr: srcAddr}}},
+		{Start: 8192, End: 16383, Nodes: []redis.ClusterNode{{Addr: dstAddr}}},
+	})
+	return f
+}
+
+func smigrated(seq int64, slots string) []byte {
+	return resp.AppendSMigrated(nil, seq, []resp.SlotMove{{Src: srcAddr, Dst: dstAddr, Slots: slots}})
+}
+
+// One SMIGRATED, delivered on connections of both nodes, is acted on once:
+// one reload, one overlay; later copies and replays change nothing.
+func TestSMigratedOncePerSeqAcrossNodes(t *testing.T) {
+	f := newClusterFixture(t)
+	f.cSrc.onNotification(smigrated(20, "0-100"))
+	f.cDst.onNotification(smigrated(20, "0-100"))
+	f.cSrc.onNotification(smigrated(20, "0-100"))
+	st := f.src.ClusterStats()
+	assert.EqualValues(t, 1, st.SMigrated)
+	assert.EqualValues(t, 2, st.Copies)
+	assert.Equal(t, 1, f.reloads, "one slot-map reload per SMIGRATED")
+
+	a := f.src.away.Load()
+	require.NotNil(t, a, "the source sends the moved slots on")
+	assert.Equal(t, dstAddr, a.lookup(50).addr)
+	assert.Nil(t, a.lookup(101))
+	assert.Nil(t, f.dst.away.Load(), "nothing moved away from the destination")
+
+	// A replay under another id (servers replay the latest completion for
+	// hours, past the ids' memory): the slot map maint knows shows it.
+	f.cDst.onNotification(smigrated(21, "0-100"))
+	assert.EqualValues(t, 1, f.src.ClusterStats().Stale)
+	assert.Equal(t, 1, f.reloads)
+
+	// The reload: a slot map agreeing with the move ends the overlay soon.
+	f.cs.sawSlotMap([]redis.ClusterSlot{
+		{Start: 0, End: 8191, Nodes: []redis.ClusterNode{{Addr: dstAddr}}},
+		{Start: 101, End: 8191, Nodes: []redis.ClusterNode{{Addr: srcAddr}}},
+		{Start: 8192, End: 16383, Nodes: []redis.ClusterNode{{Addr: dstAddr}}},
+	})
+	assert.LessOrEqual(t, a.until.Load(), monoNow()+int64(movedAfterReload))
+}
+
+// A slot map that does not show the move yet (a reload begun before the
+// SMIGRATED) does not end the overlay.
+func TestStaleSlotMapKeepsOverlay(t *testing.T) {
+	f := newClusterFixture(t)
+	f.cSrc.onNotification(smigrated(30, "0-100"))
+	a := f.src.away.Load()
+	require.NotNil(t, a)
+	until := a.until.Load()
+	f.cs.sawSlotMap([]redis.ClusterSlot{
+		{Start: 0, End: 8191, Nodes: []redis.ClusterNode{{Addr: srcAddr}}},
+		{Start: 8192, End: 16383, Nodes: []redis.ClusterNode{{Addr: dstAddr}}},
+	})
+	assert.Equal(t, until, a.until.Load())
+}
+
+// Without the destination's node client, the source's hook answers with a
+// MOVED of its own, which go-redis's ClusterClient follows.
+func TestAwayAnswersMovedWithoutDestinationClient(t *testing.T) {
+	f := newClusterFixture(t)
+	f.cSrc.onNotification(smigrated(40, "0-16383"))
+	a := f.src.away.Load()
+	require.NotNil(t, a)
+	cmd := redis.NewStringCmd(context.Background(), "get", "foo") // slot 12182
+	done, err := f.src.awayProcess(context.Background(), a, cmd)
+	require.True(t, done)
+	require.Error(t, err)
+	assert.Equal(t, "MOVED 12182 "+dstAddr, err.Error())
+	addr, ok := redis.IsMovedError(err)
+	assert.True(t, ok)
+	assert.Equal(t, dstAddr, addr)
+	assert.EqualValues(t, 1, f.src.ClusterStats().Redirected)
+
+	ping := redis.NewStatusCmd(context.Background(), "ping")
+	done, _ = f.src.awayProcess(context.Background(), a, ping)
+	assert.False(t, done, "a keyless command is left to go-redis")
+}
+
+// A source the SMIGRATED leaves with no slot has its connections retired
+// and, owing nothing, closed.
+func TestSourceLeftWithoutSlotsIsRetired(t *testing.T) {
+	f := newClusterFixture(t)
+	f.cSrc.onNotification(smigrated(50, "0-8191"))
+	assert.EqualValues(t, 1, f.src.ClusterStats().Emptied)
+	require.Eventually(t, func() bool { return f.cSrc.state.Load() == stateClosed }, testWait, testTick,
+		"an idle connection of the emptied source is closed")
+	assert.Equal(t, stateActive, f.cDst.state.Load())
+	assert.EqualValues(t, 1, f.src.ClusterStats().EmptiedClosed)
+}
+
+// A source that disappears from the slot map is retired too.
+func TestSourceGoneFromSlotMapIsRetired(t *testing.T) {
+	f := newClusterFixture(t)
+	f.cs.sawSlotMap([]redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: dstAddr}}}})
+	require.Eventually(t, func() bool { return f.cSrc.state.Load() == stateClosed }, testWait, testTick)
+	assert.Equal(t, stateActive, f.cDst.state.Load())
+}
+
+// A connection whose reply is owed is never closed; it is once the reply is in.
+func TestEmptiedSourceKeepsOwedConnection(t *testing.T) {
+	f := newClusterFixture(t)
+	f.cSrc.written.Store(1) // one command written, its reply owed
+	f.cSrc.onNotification(smigrated(60, "0-8191"))
+	assert.Equal(t, stateRetired, f.cSrc.state.Load())
+	f.cSrc.replies.Store(1)
+	require.Eventually(t, func() bool { return f.cSrc.state.Load() == stateClosed }, testWait, testTick)
+}
+
+// SMIGRATED ends the SMIGRATING of its slots, not an older one of others.
+func TestSMigratedEndsItsOwnSMigrating(t *testing.T) {
+	f := newClusterFixture(t)
+	n := f.cSrc.n
+	f.cSrc.onNotification(resp.AppendSMigrating(nil, 70, "0-100"))
+	f.cSrc.onNotification(resp.AppendSMigrating(nil, 71, "200-300"))
+	require.Len(t, n.ops, 2)
+	f.cSrc.onNotification(smigrated(72, "200-300"))
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	require.Len(t, n.ops, 1)
+	assert.EqualValues(t, 70, n.ops[0].seq, "the SMIGRATING of slots 0-100 stays open")
+	assert.True(t, n.relaxing())
+}
+
+// The memory of SMIGRATED ids is bounded.
+func TestSMigratedMemoryBounded(t *testing.T) {
+	cs := newClusterState(nil)
+	now := monoNow()
+	for i := range int64(3 * maxSeenSMigrated) {
+		cs.rememberLocked(i, now+i)
+	}
+	assert.LessOrEqual(t, len(cs.seen), maxSeenSMigrated)
+	_, newest := cs.seen[3*maxSeenSMigrated-1]
+	assert.True(t, newest)
+}
+
+// With no slot moved recently the hooks' added cost is one atomic load:
+// no allocation per command.
+func TestAwayHotPathAllocatesNothing(t *testing.T) {
+	f := newClusterFixture(t)
+	h := f.src.ProcessHook(func(context.Context, redis.Cmder) error { return nil })
+	cmd := redis.NewStringCmd(context.Background(), "get", "foo")
+	ctx := context.Background()
+	allocs := testing.AllocsPerRun(1000, func() { _ = h(ctx, cmd) })
+	assert.Zero(t, allocs)
+}
+
+// Bounds of the Eventually waits of these tests: generous, the machine is shared.
+const testWait, testTick = 5 * time.Second, 5 * time.Millisecond
