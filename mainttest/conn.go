@@ -25,6 +25,9 @@ type entry struct {
 	local []byte
 	// onReply, for a backend entry, sees the backend's reply under conn.mu.
 	onReply func(frame []byte)
+	// replace, for a backend entry, is written instead of the backend's
+	// reply (a cluster EXEC turned into a DISCARD answers its redirect).
+	replace []byte
 }
 
 // conn is one client connection of an endpoint and its own backend
@@ -59,6 +62,8 @@ type conn struct {
 	closeAfter    bool        // close once every owed reply is written (protocol error, AnswerClose)
 	closeWhy      string      // the reason closeAfter gives
 	backendErrMsg string
+
+	cc clusterConn // cluster state (ASKING, MULTI), read loop only
 }
 
 // startConn registers an accepted client connection and starts serving it.
@@ -251,6 +256,13 @@ func (c *conn) readLoop(cr *bufio.Reader) {
 			}
 			frame = inline
 		}
+		var replace []byte
+		if m := c.ep.cluster.Load(); m != nil { // a Cluster node: route by slot
+			var forward bool
+			if frame, name, replace, forward = m.command(c, frame, name, args); !forward {
+				continue
+			}
+		}
 
 		replies := 1
 		var onReply func([]byte)
@@ -284,7 +296,7 @@ func (c *conn) readLoop(cr *bufio.Reader) {
 		for i := 0; i < replies; i++ {
 			en := entry{}
 			if i == 0 {
-				en.onReply = onReply
+				en.onReply, en.replace = onReply, replace
 			}
 			c.outQ = append(c.outQ, en)
 		}
@@ -497,6 +509,9 @@ func (c *conn) writeLoop() {
 				if f[0] != '>' && f[0] != '|' && len(c.outQ) > 0 {
 					if fn := c.outQ[0].onReply; fn != nil {
 						fn(f)
+					}
+					if r := c.outQ[0].replace; r != nil {
+						f = r
 					}
 					c.popLocked()
 					served++

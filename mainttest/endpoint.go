@@ -20,6 +20,8 @@ type Endpoint struct {
 	ip   string
 	port string
 	fqdn atomic.Pointer[string]
+	// cluster is set when the endpoint is a node of a Cluster.
+	cluster atomic.Pointer[clusterMember]
 
 	refuseMu sync.Mutex // serialises RefuseNew
 
@@ -40,6 +42,9 @@ type Endpoint struct {
 	// latencyAfter applies latency to replies, after the backend executed
 	// the command, instead of before relaying it (SetLatencyAfterExecution).
 	latencyAfter bool
+	// slotLatency is the extra latency of the slot migrations (MigrateSlots)
+	// leaving this endpoint now.
+	slotLatency time.Duration
 
 	migrating   *maintOp // open MIGRATING, nil when none
 	failingOver *maintOp // open FAILING_OVER, nil when none
@@ -91,6 +96,9 @@ type Stats struct {
 	Pending int64
 
 	FirstServed, LastServed time.Time // when the first and last counted reply was relayed
+
+	// Cluster holds the counters of a Cluster node (zero elsewhere).
+	Cluster ClusterStats
 }
 
 // SlotMove is one [source, destination, slots] triplet of an SMIGRATED push:
@@ -258,7 +266,7 @@ func (ep *Endpoint) latencyAfterExecution() bool {
 func (ep *Endpoint) latencyFor(name string) time.Duration {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
-	d := ep.latency + ep.cmdLatency[name]
+	d := ep.latency + ep.cmdLatency[name] + ep.slotLatency
 	if (ep.migrating != nil && ep.migrating.started) || (ep.failingOver != nil && ep.failingOver.started) {
 		d += ep.maintLatency
 	}
