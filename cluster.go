@@ -51,6 +51,8 @@ type clusterState struct {
 	// ClusterClient's own hook can send elsewhere (see clusterHook); nil
 	// when none: the hook's whole cost.
 	moved atomic.Pointer[movedSlots]
+	// pending are the reloads SMIGRATEDs asked for, not yet done. Guarded by mu.
+	pending []*pendingReload
 
 	c clusterCounters
 }
@@ -104,21 +106,24 @@ const (
 )
 
 type clusterCounters struct {
-	smigrated, copies, stale, malformed, reloads, slotMaps, forwarded, redirected, emptied, emptiedClosed atomic.Uint64
+	smigrated, copies, stale, malformed, reloads, reloadsSeen, slotMaps, forwarded, redirected, emptied, emptiedClosed atomic.Uint64
 }
 
 // ClusterStats are the counters of a cluster's maint, shared by the Maints
 // of all its node clients.
 type ClusterStats struct {
-	SMigrated  uint64 // SMIGRATED notifications acted on (one per sequence id)
-	Copies     uint64 // copies of an SMIGRATED already acted on, ignored
-	Stale      uint64 // SMIGRATED replays the slot map already showed, ignored
-	Malformed  uint64 // SMIGRATED notifications whose moves could not be read
-	Reloads    uint64 // slot-map reloads maint asked the ClusterClient for
-	SlotMaps   uint64 // CLUSTER SLOTS replies read through the node clients
-	Forwarded  uint64 // commands, pipelines and transactions sent straight to a moved slot's destination
-	Redirected uint64 // commands answered with a MOVED of maint's own (destination's node client not known yet)
-	Emptied    uint64 // sources left with no slot, whose connections were retired
+	SMigrated uint64 // SMIGRATED notifications acted on (one per sequence id)
+	Copies    uint64 // copies of an SMIGRATED already acted on, ignored
+	Stale     uint64 // SMIGRATED replays the slot map already showed, ignored
+	Malformed uint64 // SMIGRATED notifications whose moves could not be read
+	Reloads   uint64 // slot-map reloads maint asked the ClusterClient for
+	// ReloadsSeen counts the SMIGRATEDs whose reload maint did not ask for:
+	// go-redis's own, on a MOVED, already showed the moves.
+	ReloadsSeen uint64
+	SlotMaps    uint64 // CLUSTER SLOTS replies read through the node clients
+	Forwarded   uint64 // commands, pipelines and transactions sent straight to a moved slot's destination
+	Redirected  uint64 // commands answered with a MOVED of maint's own (destination's node client not known yet)
+	Emptied     uint64 // sources left with no slot, whose connections were retired
 	// EmptiedClosed counts the connections of emptied sources maint closed
 	// (none owed a reply).
 	EmptiedClosed uint64
@@ -134,7 +139,7 @@ func (m *Maint) ClusterStats() ClusterStats {
 	c := &cs.c
 	return ClusterStats{
 		SMigrated: c.smigrated.Load(), Copies: c.copies.Load(), Stale: c.stale.Load(),
-		Malformed: c.malformed.Load(), Reloads: c.reloads.Load(), SlotMaps: c.slotMaps.Load(),
+		Malformed: c.malformed.Load(), Reloads: c.reloads.Load(), ReloadsSeen: c.reloadsSeen.Load(), SlotMaps: c.slotMaps.Load(),
 		Forwarded: c.forwarded.Load(), Redirected: c.redirected.Load(),
 		Emptied: c.emptied.Load(), EmptiedClosed: c.emptiedClosed.Load(),
 	}
@@ -275,6 +280,7 @@ func (cs *clusterState) onSMigrated(m *Maint, c *conn, nt resp.Notification) {
 		}
 		if mine {
 			mb.m.away.Store(merge(mb.m.away.Load(), moves, mb.addr, until, now))
+			mb.m.migrating.Store(nil) // the overlay knows where they went
 		}
 	}
 	cs.resolveLocked(cs.moved.Load())
@@ -287,13 +293,64 @@ func (cs *clusterState) onSMigrated(m *Maint, c *conn, nt resp.Notification) {
 
 	cs.c.smigrated.Add(1)
 	if cs.reload != nil {
-		cs.c.reloads.Add(1)
-		cs.reload()
+		p := &pendingReload{moves: moves}
+		cs.mu.Lock()
+		cs.pending = append(cs.pending, p)
+		cs.mu.Unlock()
+		if !m.goBackground(func() { cs.reloadLater(m, p) }) {
+			cs.dropPending(p)
+		}
 	}
 	m.emit(Event{Kind: EventRelaxEnd, Node: c.n.key, Seq: nt.Seq, Count: len(moves),
-		Detail: fmt.Sprintf("SMIGRATED acted on: %s; slot map reload asked", describeMoves(moves))})
+		Detail: fmt.Sprintf("SMIGRATED acted on: %s; slot map reload in %v unless go-redis reloads first", describeMoves(moves), reloadDelay)})
 	for _, mb := range emptied {
 		mb.m.retireEmptied(nt.Seq, "SMIGRATED left it with no slot")
+	}
+}
+
+// pendingReload is the slot-map reload an SMIGRATED asked for, until it is
+// done: by maint, or by go-redis itself (a MOVED met by a pipeline or a
+// transaction written before the SMIGRATED was read).
+type pendingReload struct {
+	moves []slotMove
+	seen  atomic.Bool // a slot map showing the moves was seen
+}
+
+// reloadDelay is how long maint waits before asking for the reload an
+// SMIGRATED calls for: commands of the moved slots go straight to their
+// destination meanwhile, and the MOVEDs of the pipelines and transactions
+// written before the SMIGRATED was read come back within it. go-redis
+// reloads on those itself; a reload asked just after its own completes
+// would be a second one.
+const reloadDelay = 100 * time.Millisecond
+
+// reloadLater asks for p's reload after reloadDelay, unless a slot map
+// showing its moves was seen by then. It runs on one of m's goroutines.
+func (cs *clusterState) reloadLater(m *Maint, p *pendingReload) {
+	defer cs.dropPending(p)
+	t := time.NewTimer(reloadDelay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-m.ctx.Done():
+		return
+	}
+	if p.seen.Load() {
+		cs.c.reloadsSeen.Add(1)
+		return
+	}
+	cs.c.reloads.Add(1)
+	cs.reload()
+}
+
+func (cs *clusterState) dropPending(p *pendingReload) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for i, x := range cs.pending {
+		if x == p {
+			cs.pending = append(cs.pending[:i:i], cs.pending[i+1:]...)
+			return
+		}
 	}
 }
 
@@ -551,6 +608,11 @@ func (cs *clusterState) sawSlotMap(slots []redis.ClusterSlot) {
 	for _, mb := range cs.members {
 		shorten(mb.m.away.Load())
 	}
+	for _, p := range cs.pending {
+		if cs.showsLocked(p.moves) {
+			p.seen.Store(true)
+		}
+	}
 	cs.mu.Unlock()
 	for _, mb := range emptied {
 		mb.m.retireEmptied(0, "no longer in the slot map")
@@ -592,6 +654,38 @@ func (m *Maint) awayProcess(ctx context.Context, a *movedSlots, cmd redis.Cmder)
 	err := &movedError{slot: slot, addr: d.addr}
 	cmd.SetErr(err)
 	return true, err
+}
+
+// awayMoved handles a MOVED the source answered to a command written before
+// maint read the SMIGRATED: the command did not run there, so it is sent to
+// the destination the SMIGRATED named, and go-redis never sees the MOVED
+// (following it would reload the slot map once more). A pipeline's or a
+// transaction's MOVED is go-redis's: it acts on it inside its read loop.
+func (m *Maint) awayMoved(ctx context.Context, a *movedSlots, cmd redis.Cmder, err error) (bool, error) {
+	cs := m.s.cluster
+	if cs == nil || !strings.HasPrefix(err.Error(), "MOVED ") || a.until.Load() <= monoNow() {
+		return false, nil
+	}
+	d := a.lookup(cmdSlot(cmd.Args()))
+	if d == nil {
+		return false, nil
+	}
+	f := strings.Fields(err.Error())
+	if len(f) != 3 {
+		return false, nil
+	}
+	cs.mu.Lock()
+	same := cs.canonLocked(f[2]) == d.addr
+	cs.mu.Unlock()
+	if !same {
+		return false, nil // moved on since: go-redis follows it
+	}
+	r := d.client(cs)
+	if r == nil {
+		return false, nil
+	}
+	cs.c.forwarded.Add(1)
+	return true, r.Process(ctx, cmd)
 }
 
 // isTx reports whether a pipeline is a transaction or needs its
@@ -884,4 +978,72 @@ func smigratingSlots(nt resp.Notification) string {
 		}
 	}
 	return canonSlots(rs)
+}
+
+// migratingSlots are the slots of the SMIGRATINGs read on a node client's
+// connections, until their cap.
+type migratingSlots struct {
+	bits  [numSlots / 64]uint64
+	until mono
+	// firstMoved is when a MOVED for one of them was first sent on (mono):
+	// the SMIGRATED should follow within movedWithoutSMigrated.
+	firstMoved atomic.Int64
+}
+
+// movedWithoutSMigrated bounds how long MOVEDs for slots an SMIGRATING
+// named are sent on by maint while the SMIGRATED has not been read: past
+// it, go-redis follows them (and reloads) as it would without maint.
+const movedWithoutSMigrated = 2 * time.Second
+
+// noteMigrating records the slots of an SMIGRATING read on one of m's
+// connections.
+func (m *Maint) noteMigrating(nt resp.Notification) {
+	rs, err := parseSlots(nt.Slots)
+	if err != nil || len(rs) == 0 {
+		return
+	}
+	now := monoNow()
+	mg := &migratingSlots{until: now + int64(m.s.relaxCap)}
+	if prev := m.migrating.Load(); prev != nil && prev.until > now {
+		mg.bits = prev.bits
+	}
+	for _, r := range rs {
+		for s := r.lo; s <= r.hi; s++ {
+			mg.bits[s/64] |= 1 << (s % 64)
+		}
+	}
+	m.migrating.Store(mg)
+}
+
+// migratingMoved handles a MOVED the node answered, before any SMIGRATED
+// was read, for a slot an SMIGRATING it sent named: the migration has just
+// completed and the SMIGRATED is on its way. The command did not run, so it
+// is sent to the destination the MOVED names, when its node client is
+// known, and go-redis does not see the MOVED: the slot-map reload is the
+// SMIGRATED's, one, not one more for each such MOVED.
+func (m *Maint) migratingMoved(ctx context.Context, mg *migratingSlots, cmd redis.Cmder, err error) (bool, error) {
+	cs := m.s.cluster
+	now := monoNow()
+	if cs == nil || now >= mg.until || !strings.HasPrefix(err.Error(), "MOVED ") {
+		return false, nil
+	}
+	slot := cmdSlot(cmd.Args())
+	if slot < 0 || mg.bits[slot/64]&(1<<(slot%64)) == 0 {
+		return false, nil
+	}
+	mg.firstMoved.CompareAndSwap(0, now)
+	if now-mg.firstMoved.Load() > int64(movedWithoutSMigrated) {
+		return false, nil
+	}
+	f := strings.Fields(err.Error())
+	if len(f) != 3 {
+		return false, nil
+	}
+	d := &dest{addr: f[2]}
+	r := d.client(cs)
+	if r == nil {
+		return false, nil
+	}
+	cs.c.forwarded.Add(1)
+	return true, r.Process(ctx, cmd)
 }

@@ -2,6 +2,7 @@ package maint
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,7 +52,7 @@ func TestParseSlots(t *testing.T) {
 // one connection each, and the slot map src 0-8191, dst 8192-16383.
 type clusterFixture struct {
 	cs         *clusterState
-	reloads    int
+	reloads    atomic.Int64
 	src, dst   *Maint
 	cSrc, cDst *conn
 }
@@ -60,7 +61,7 @@ const srcAddr, dstAddr = "127.0.0.2:7000", "127.0.0.3:7001"
 
 func newClusterFixture(t *testing.T) *clusterFixture {
 	f := &clusterFixture{}
-	f.cs = newClusterState(func() { f.reloads++ })
+	f.cs = newClusterState(func() { f.reloads.Add(1) })
 	mk := func(addr string) (*Maint, *conn) {
 		m := New(WithLogf(t.Logf))
 		m.s.cluster = f.cs
@@ -91,7 +92,7 @@ func TestSMigratedOncePerSeqAcrossNodes(t *testing.T) {
 	st := f.src.ClusterStats()
 	assert.EqualValues(t, 1, st.SMigrated)
 	assert.EqualValues(t, 2, st.Copies)
-	assert.Equal(t, 1, f.reloads, "one slot-map reload per SMIGRATED")
+	require.Eventually(t, func() bool { return f.reloads.Load() == 1 }, testWait, testTick, "one slot-map reload per SMIGRATED")
 
 	a := f.src.away.Load()
 	require.NotNil(t, a, "the source sends the moved slots on")
@@ -103,7 +104,8 @@ func TestSMigratedOncePerSeqAcrossNodes(t *testing.T) {
 	// hours, past the ids' memory): the slot map maint knows shows it.
 	f.cDst.onNotification(smigrated(21, "0-100"))
 	assert.EqualValues(t, 1, f.src.ClusterStats().Stale)
-	assert.Equal(t, 1, f.reloads)
+	time.Sleep(2 * reloadDelay)
+	assert.EqualValues(t, 1, f.reloads.Load())
 
 	// The reload: a slot map agreeing with the move ends the overlay soon.
 	f.cs.sawSlotMap([]redis.ClusterSlot{
@@ -112,6 +114,21 @@ func TestSMigratedOncePerSeqAcrossNodes(t *testing.T) {
 		{Start: 8192, End: 16383, Nodes: []redis.ClusterNode{{Addr: dstAddr}}},
 	})
 	assert.LessOrEqual(t, a.until.Load(), monoNow()+int64(movedAfterReload))
+}
+
+// A slot map showing the moves before maint asks for its reload (go-redis
+// reloaded on a MOVED) makes maint's reload unnecessary: not asked.
+func TestSMigratedReloadSkippedWhenSlotMapShowsIt(t *testing.T) {
+	f := newClusterFixture(t)
+	f.cSrc.onNotification(smigrated(25, "0-100"))
+	f.cs.sawSlotMap([]redis.ClusterSlot{
+		{Start: 0, End: 100, Nodes: []redis.ClusterNode{{Addr: dstAddr}}},
+		{Start: 101, End: 8191, Nodes: []redis.ClusterNode{{Addr: srcAddr}}},
+		{Start: 8192, End: 16383, Nodes: []redis.ClusterNode{{Addr: dstAddr}}},
+	})
+	require.Eventually(t, func() bool { return f.src.ClusterStats().ReloadsSeen == 1 }, testWait, testTick)
+	assert.Zero(t, f.reloads.Load())
+	assert.Zero(t, f.src.ClusterStats().Reloads)
 }
 
 // A slot map that does not show the move yet (a reload begun before the

@@ -71,9 +71,12 @@ type Maint struct {
 	// process hooks load it once per command. emptied is when this node,
 	// left with no slot, stops retiring its connections (mono; 0: never
 	// emptied); draining is set while they are being closed.
-	away     atomic.Pointer[movedSlots]
-	emptied  atomic.Int64
-	draining atomic.Bool
+	away atomic.Pointer[movedSlots]
+	// migrating is non-nil while an SMIGRATING is open on the node: the
+	// slots it named.
+	migrating atomic.Pointer[migratingSlots]
+	emptied   atomic.Int64
+	draining  atomic.Bool
 }
 
 var _ redis.Hook = (*Maint)(nil)
@@ -127,6 +130,17 @@ func (m *Maint) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		err := next(ctx, cmd)
 		if err != nil && errors.Is(err, redis.ErrPoolTimeout) {
 			err = m.poolRetry(ctx, func() error { return next(ctx, cmd) }, err)
+		}
+		if err != nil {
+			if a := m.away.Load(); a != nil {
+				if done, ferr := m.awayMoved(ctx, a, cmd, err); done {
+					err = ferr
+				}
+			} else if mg := m.migrating.Load(); mg != nil {
+				if done, ferr := m.migratingMoved(ctx, mg, cmd, err); done {
+					err = ferr
+				}
+			}
 		}
 		if cs := m.s.cluster; cs != nil && err == nil {
 			if sc, ok := cmd.(*redis.ClusterSlotsCmd); ok {
