@@ -259,6 +259,7 @@ func (cs *clusterState) onSMigrated(m *Maint, c *conn, nt resp.Notification) {
 		return
 	}
 	var emptied []*member
+	maps := cs.c.slotMaps.Load()
 	if cs.owner != nil {
 		before := cs.ownersLocked()
 		cs.applyLocked(moves)
@@ -304,7 +305,7 @@ func (cs *clusterState) onSMigrated(m *Maint, c *conn, nt resp.Notification) {
 	m.emit(Event{Kind: EventRelaxEnd, Node: c.n.key, Seq: nt.Seq, Count: len(moves),
 		Detail: fmt.Sprintf("SMIGRATED acted on: %s; slot map reload in %v unless go-redis reloads first", describeMoves(moves), reloadDelay)})
 	for _, mb := range emptied {
-		mb.m.retireEmptied(nt.Seq, "SMIGRATED left it with no slot")
+		mb.m.retireEmptied(nt.Seq, "SMIGRATED left it with no slot", mb.rdb, maps)
 	}
 }
 
@@ -613,9 +614,10 @@ func (cs *clusterState) sawSlotMap(slots []redis.ClusterSlot) {
 			p.seen.Store(true)
 		}
 	}
+	maps := cs.c.slotMaps.Load() - 1 // this map is the reload
 	cs.mu.Unlock()
 	for _, mb := range emptied {
-		mb.m.retireEmptied(0, "no longer in the slot map")
+		mb.m.retireEmptied(0, "no longer in the slot map", mb.rdb, maps)
 	}
 }
 
@@ -848,24 +850,29 @@ func (cs *clusterState) txForward(ctx context.Context, mv *movedSlots, cmds []re
 }
 
 // retireEmptied retires the connections of m's node, which has no slot any
-// more: they drain as after a MOVING (retired: the pool discards each on
-// its next Get), and those that owe nothing are closed now and as their
-// replies come in, so that the endpoint's removal finds none. Connections
-// made meanwhile are retired too (register), for a bound.
-func (m *Maint) retireEmptied(seq int64, why string) {
+// more, as after a MOVING: once go-redis routes nothing new there (a slot
+// map newer than afterMaps was seen) and its node client's pools are quiet
+// (no connection in use, no command waiting for one: a command routed there
+// before the reload still gets a connection, the endpoint refusing new
+// ones), every connection that owes nothing is closed, and the others as
+// their replies come in. The endpoint's removal then finds none. Bounded by
+// emptiedFor; rdb is m's node client, nil when unknown (then a connection
+// owing nothing counts as quiet).
+func (m *Maint) retireEmptied(seq int64, why string, rdb *redis.Client, afterMaps uint64) {
 	if m.stopped.Load() {
 		return
 	}
 	m.emptied.Store(monoNow() + int64(emptiedFor))
-	count := 0
-	for _, n := range m.nodeList() {
-		count += m.retire(n, true)
-	}
 	if cs := m.s.cluster; cs != nil {
 		cs.c.emptied.Add(1)
 	}
-	m.emit(Event{Kind: EventRetire, Seq: seq, Count: count, Detail: why})
-	m.drainEmptied()
+	m.emit(Event{Kind: EventRetire, Seq: seq, Detail: why + "; its connections retire once the slot map is reloaded and its pool is quiet"})
+	if !m.draining.CompareAndSwap(false, true) {
+		return
+	}
+	if !m.goBackground(func() { m.drainEmptied(seq, rdb, afterMaps) }) {
+		m.draining.Store(false)
+	}
 }
 
 // isEmptied reports whether m's node was left with no slot, recently.
@@ -874,36 +881,41 @@ func (m *Maint) isEmptied() bool {
 	return u != 0 && monoNow() < u
 }
 
-// drainEmptied closes, until none is left or the bound passes, the retired
-// connections of an emptied node that owe nothing; one goroutine at a time.
-func (m *Maint) drainEmptied() {
-	if !m.draining.CompareAndSwap(false, true) {
-		return
-	}
-	if !m.goBackground(m.drainEmptiedLoop) {
-		m.draining.Store(false)
-	}
-}
-
-func (m *Maint) drainEmptiedLoop() {
+// drainEmptied is retireEmptied's loop, on one of m's goroutines.
+func (m *Maint) drainEmptied(seq int64, rdb *redis.Client, afterMaps uint64) {
 	defer m.draining.Store(false)
+	cs := m.s.cluster
 	t := time.NewTicker(drainTick)
 	defer t.Stop()
+	retired := false
 	for {
-		left := 0
-		for _, n := range m.nodeList() {
-			closed, _, _ := m.closeRetired(n, true)
-			if cs := m.s.cluster; cs != nil && closed > 0 {
-				cs.c.emptiedClosed.Add(uint64(closed))
+		if !m.isEmptied() {
+			return // it owns slots again, or the bound passed
+		}
+		if !retired && (cs == nil || cs.c.slotMaps.Load() > afterMaps) && m.quiet(rdb) {
+			retired = true
+			n := 0
+			for _, nd := range m.nodeList() {
+				n += m.retire(nd, true)
 			}
-			for _, c := range n.snapshot() {
-				if c.draining() {
-					left++
+			m.emit(Event{Kind: EventRetire, Seq: seq, Count: n, Detail: "the connections of a node with no slot"})
+		}
+		if retired {
+			left := 0
+			for _, n := range m.nodeList() {
+				closed, _, _ := m.closeRetired(n, true)
+				if cs != nil && closed > 0 {
+					cs.c.emptiedClosed.Add(uint64(closed))
+				}
+				for _, c := range n.snapshot() {
+					if c.draining() {
+						left++
+					}
 				}
 			}
-		}
-		if left == 0 || !m.isEmptied() {
-			return
+			if left == 0 {
+				return
+			}
 		}
 		select {
 		case <-t.C:
@@ -911,6 +923,29 @@ func (m *Maint) drainEmptiedLoop() {
 			return
 		}
 	}
+}
+
+// quiet reports whether no command uses or waits for a connection of m's
+// node client.
+func (m *Maint) quiet(rdb *redis.Client) bool {
+	if rdb == nil {
+		for _, n := range m.nodeList() {
+			for _, c := range n.snapshot() {
+				if c.owed() != 0 {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	ps := rdb.PoolStats()
+	for ps != nil {
+		if ps.IdleConns != ps.TotalConns || ps.PendingRequests != 0 {
+			return false
+		}
+		ps = (*redis.PoolStats)(ps.PipelineStats)
+	}
+	return true
 }
 
 // nodeList returns m's nodes.

@@ -174,10 +174,18 @@ func TestSourceLeftWithoutSlotsIsRetired(t *testing.T) {
 	f := newClusterFixture(t)
 	f.cSrc.onNotification(smigrated(50, "0-8191"))
 	assert.EqualValues(t, 1, f.src.ClusterStats().Emptied)
+	time.Sleep(5 * drainTick)
+	assert.Equal(t, stateActive, f.cSrc.state.Load(), "kept until go-redis has reloaded its slot map: commands routed there before still need it")
+	f.cs.sawSlotMap(movedMap())
 	require.Eventually(t, func() bool { return f.cSrc.state.Load() == stateClosed }, testWait, testTick,
 		"an idle connection of the emptied source is closed")
 	assert.Equal(t, stateActive, f.cDst.state.Load())
 	assert.EqualValues(t, 1, f.src.ClusterStats().EmptiedClosed)
+}
+
+// movedMap is the fixture's slot map once src gave all its slots to dst.
+func movedMap() []redis.ClusterSlot {
+	return []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: dstAddr}}}}
 }
 
 // A source that disappears from the slot map is retired too.
@@ -193,7 +201,9 @@ func TestEmptiedSourceKeepsOwedConnection(t *testing.T) {
 	f := newClusterFixture(t)
 	f.cSrc.written.Store(1) // one command written, its reply owed
 	f.cSrc.onNotification(smigrated(60, "0-8191"))
-	assert.Equal(t, stateRetired, f.cSrc.state.Load())
+	f.cs.sawSlotMap(movedMap())
+	time.Sleep(5 * drainTick)
+	assert.Equal(t, stateActive, f.cSrc.state.Load(), "a node whose connection owes a reply is not quiet")
 	f.cSrc.replies.Store(1)
 	require.Eventually(t, func() bool { return f.cSrc.state.Load() == stateClosed }, testWait, testTick)
 }
