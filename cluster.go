@@ -118,7 +118,8 @@ type ClusterStats struct {
 	Malformed uint64 // SMIGRATED notifications whose moves could not be read
 	Reloads   uint64 // slot-map reloads maint asked the ClusterClient for
 	// ReloadsSeen counts the SMIGRATEDs whose reload maint did not ask for:
-	// go-redis's own, on a MOVED, already showed the moves.
+	// go-redis's own, on a MOVED, already showed the moves (Stale ones
+	// included).
 	ReloadsSeen uint64
 	SlotMaps    uint64 // CLUSTER SLOTS replies read through the node clients
 	Forwarded   uint64 // commands, pipelines and transactions sent straight to a moved slot's destination
@@ -255,6 +256,7 @@ func (cs *clusterState) onSMigrated(m *Maint, c *conn, nt resp.Notification) {
 		// or go-redis reloaded on a MOVED before the SMIGRATED came.
 		cs.mu.Unlock()
 		cs.c.stale.Add(1)
+		cs.c.reloadsSeen.Add(1)
 		m.c.replayed.Add(1)
 		return
 	}

@@ -6,7 +6,6 @@ package maint_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -36,7 +35,7 @@ type clusterEnv struct {
 	g     *maint.Group
 	ev    *eventLog
 
-	smigratedAt   atomic.Int64 // UnixNano when maint acted on the first SMIGRATED
+	smigratedAt   atomic.Int64 // UnixNano when maint read the first SMIGRATED
 	lateRedirects atomic.Int64 // MOVED/ASK replies to commands sent after it
 	lateMu        sync.Mutex
 	late          []string
@@ -62,7 +61,7 @@ func newClusterEnv(t *testing.T, maxRetries int) *clusterEnv {
 	t.Cleanup(func() { _ = ce.cc.Close() })
 	ce.g, err = maint.Instrument(ce.cc, maint.WithLogf(t.Logf), maint.WithOnEvent(func(e maint.Event) {
 		ce.ev.add(e)
-		if strings.HasPrefix(e.Detail, "SMIGRATED acted on") {
+		if e.Kind == maint.EventNotification && strings.HasPrefix(e.Detail, "SMIGRATED") {
 			ce.smigratedAt.CompareAndSwap(0, e.At.UnixNano())
 		}
 	}))
@@ -294,7 +293,10 @@ func reshard(t *testing.T, maxRetries int, remove bool) {
 	})
 	require.NoError(t, err)
 	ce.waitEvent(src, mainttest.KindSMigrated)
-	waitFor(t, "maint to act on the SMIGRATED", 10*time.Second, func() bool { return ce.smigratedAt.Load() != 0 })
+	waitFor(t, "maint to read the SMIGRATED", 10*time.Second, func() bool {
+		st := ce.g.Maints()[0].ClusterStats()
+		return st.SMigrated+st.Stale > 0
+	})
 	redirectsAtRead := ce.redirects()
 	waitFor(t, "the slot-map reload", 10*time.Second, func() bool { return ce.slotMaps() > mapsBefore })
 	if remove {
@@ -316,10 +318,24 @@ func reshard(t *testing.T, maxRetries int, remove bool) {
 	ce.lateMu.Lock()
 	assert.Zero(t, ce.lateRedirects.Load(), "redirects of commands sent after maint read the SMIGRATED: %v", ce.late)
 	ce.lateMu.Unlock()
-	assert.EqualValues(t, 1, cst.SMigrated, "one SMIGRATED acted on")
+	// Acted on, or found already shown by the slot map go-redis reloaded on
+	// MOVEDs met before it was read.
+	assert.EqualValues(t, 1, cst.SMigrated+cst.Stale, "one SMIGRATED acted on")
 	assert.Positive(t, cst.Copies, "its copies on the other connections and nodes were ignored")
-	assert.EqualValues(t, 1, ce.slotMaps()-mapsBefore, "one slot-map reload for the SMIGRATED")
-	assert.Positive(t, cst.Forwarded, "commands of the moved slots went straight to their destination")
+	// One reload per SMIGRATED: maint asks for it, or finds go-redis's own
+	// (on a MOVED met by a pipeline or a transaction written before the
+	// SMIGRATED was read) made it unnecessary.
+	assert.EqualValues(t, 1, cst.Reloads+cst.ReloadsSeen, "maint's reload for the SMIGRATED: asked, or found done")
+	if ce.redirects() == 0 {
+		assert.EqualValues(t, 1, ce.slotMaps()-mapsBefore, "one slot-map reload for the SMIGRATED")
+	} else {
+		// go-redis reloads on those MOVEDs itself; one more when one of them
+		// comes in the 200ms after a reload (contract_cluster_test.go).
+		assert.LessOrEqual(t, ce.slotMaps()-mapsBefore, int64(2), "slot-map reloads: one, and go-redis's own on MOVEDs met before the SMIGRATED was read")
+	}
+	if cst.SMigrated > 0 {
+		assert.Positive(t, cst.Forwarded, "commands of the moved slots went straight to their destination")
+	}
 	if remove {
 		assert.Zero(t, src.Stats().Cluster.ClosedAtRemoval, "connections the removed endpoint had to close")
 		assert.Zero(t, src.Stats().OwedAtClose, "replies owed when the removed endpoint closed")
@@ -342,5 +358,3 @@ func TestClusterReshardRemovesSource(t *testing.T) {
 		t.Run("MaxRetries"+strconv.Itoa(mr), func(t *testing.T) { reshard(t, mr, true) })
 	}
 }
-
-var _ = errors.Is
