@@ -38,7 +38,7 @@ type clusterState struct {
 	reload func()
 
 	mu      sync.Mutex // guards the following
-	members []*member
+	members []*clusterMember
 	seen    map[int64]mono // SMIGRATED sequence ids handled, until they expire
 	// owner is the slot map last seen (CLUSTER SLOTS replies read through
 	// the node clients, and the moves of the SMIGRATEDs acted on since):
@@ -57,8 +57,8 @@ type clusterState struct {
 	c clusterCounters
 }
 
-// member is one node client of the cluster.
-type member struct {
+// clusterMember is one node client of the cluster.
+type clusterMember struct {
 	addr string        // the address the ClusterClient names the node by
 	m    *Maint        // the node client's Maint
 	rdb  *redis.Client // the node client; nil when only its dials were seen
@@ -75,7 +75,7 @@ type movedSlots struct {
 // dest is where moved slots went.
 type dest struct {
 	addr string
-	mb   atomic.Pointer[member] // resolved when the node client is known
+	mb   atomic.Pointer[clusterMember] // resolved when the node client is known
 }
 
 // slotMove is one SMIGRATED triplet, parsed, with canonical addresses.
@@ -165,7 +165,7 @@ func (cs *clusterState) join(rdb *redis.Client, m *Maint) {
 			return
 		}
 	}
-	cs.members = append(cs.members, &member{addr: addr, m: m, rdb: rdb})
+	cs.members = append(cs.members, &clusterMember{addr: addr, m: m, rdb: rdb})
 }
 
 // noteDial records a Maint of the cluster by the address its node client
@@ -180,7 +180,7 @@ func (cs *clusterState) noteDial(m *Maint, addr string) {
 			return
 		}
 	}
-	cs.members = append(cs.members, &member{addr: addr, m: m})
+	cs.members = append(cs.members, &clusterMember{addr: addr, m: m})
 }
 
 // leave forgets a Maint that closed.
@@ -198,7 +198,7 @@ func (cs *clusterState) leave(m *Maint) {
 // findLocked returns the member known by addr: the address the ClusterClient
 // names it by, one its node client dialled, or one its connections reached
 // (an SMIGRATED may carry addresses in CLUSTER SLOTS form or resolved).
-func (cs *clusterState) findLocked(addr string) *member {
+func (cs *clusterState) findLocked(addr string) *clusterMember {
 	for _, mb := range cs.members {
 		if mb.addr == addr {
 			return mb
@@ -260,7 +260,7 @@ func (cs *clusterState) onSMigrated(m *Maint, c *conn, nt resp.Notification) {
 		m.c.replayed.Add(1)
 		return
 	}
-	var emptied []*member
+	var emptied []*clusterMember
 	maps := cs.c.slotMaps.Load()
 	if cs.owner != nil {
 		before := cs.ownersLocked()
@@ -357,7 +357,7 @@ func (cs *clusterState) dropPending(p *pendingReload) {
 	}
 }
 
-func contains(ms []*member, mb *member) bool {
+func contains(ms []*clusterMember, mb *clusterMember) bool {
 	for _, x := range ms {
 		if x == mb {
 			return true
@@ -400,6 +400,9 @@ func (cs *clusterState) rememberLocked(seq int64, now mono) {
 			}
 		}
 		delete(cs.seen, oldK)
+	}
+	if cs.seen == nil {
+		cs.seen = make(map[int64]mono)
 	}
 	cs.seen[seq] = now
 }
@@ -590,7 +593,7 @@ func (cs *clusterState) sawSlotMap(slots []redis.ClusterSlot) {
 		}
 	}
 	after := cs.ownersLocked()
-	var emptied []*member
+	var emptied []*clusterMember
 	for _, mb := range cs.members {
 		if after[mb.addr] {
 			mb.m.emptied.Store(0) // it owns slots again
