@@ -136,4 +136,73 @@
 //
 // Emulator.Close closes every endpoint and connection and stops every
 // goroutine and timer the Emulator started; it is safe to call twice.
+//
+// # Discovery Service
+//
+// Emulator.AddSentinel starts an emulated Redis Enterprise Discovery Service
+// for one database: a loopback server speaking the Redis Sentinel API, so
+// that go-redis's FailoverClient (redis.NewFailoverClient, or
+// redis.NewUniversalClient with MasterName) finds its master through it:
+//
+//	ds, _ := emu.AddSentinel("127.0.0.1:0", "db1", primary)
+//	ds.SetReplicas(replica)
+//	client := redis.NewFailoverClient(&redis.FailoverOptions{
+//		MasterName: "db1", SentinelAddrs: []string{ds.Addr()}, Dialer: emu.Dialer(),
+//	})
+//
+// It answers from the emulated topology and never relays to the backend:
+// SENTINEL get-master-addr-by-name, master, masters, replicas (slaves),
+// sentinels, myid, ckquorum and failover; PING, ECHO, HELLO (AUTH,
+// SETNAME), AUTH, CLIENT SETNAME/GETNAME/ID/SETINFO, ROLE, INFO, QUIT and
+// RESET; SUBSCRIBE, PSUBSCRIBE and their UNSUBSCRIBEs, with Redis's RESP2
+// subscribed-context rules. Replies have the shapes and error texts of
+// redis-sentinel 7 (checked against redis-server --sentinel) in RESP2 and
+// RESP3: maps as flat arrays in RESP2, a null for an unknown master name,
+// the fields go-redis reads in SENTINEL master, replicas and sentinels. Any other command gets Redis's unknown command error. It
+// sends no maintenance push, and refuses CLIENT MAINT_NOTIFICATIONS as
+// redis-sentinel does: `-ERR unknown subcommand 'maint_notifications'. Try
+// CLIENT HELP.` (SentinelStats.Handshakes counts them, KindUnsupported logs
+// them). Sentinel.AddPeer starts more nodes of the same service: they share
+// the topology, list each other in SENTINEL sentinels and all publish.
+//
+// The named master moves with the emulated maintenance, each move logged
+// as KindSentinelSwitch with its own seq and published on the
+// +switch-master channel ("name old-ip old-port new-ip new-port"), which
+// go-redis acts on by dropping its pooled connections to the old master
+// (SetSwitchMessages(false) models a service without pub/sub):
+//
+//   - Sentinel.SetMaster switches now.
+//   - Sentinel.Moving sends a MOVING on the master (Endpoint.Moving) and
+//     names its successor NameAfter later, as DNS follows a MOVING with
+//     Moving.DNSLag: 0 before the MOVING is sent, Window as the window
+//     ends, or any delay; Never keeps the old master named.
+//   - Sentinel.Failover sends FAILING_OVER on the old master, and
+//     SwitchAfter later names the new one, optionally makes the old one
+//     refuse connections (RefuseOld), sends FAILED_OVER, and closes the old
+//     master's connections (CloseOld, CloseOldAfter).
+//   - Sentinel.SetMasterAfter switches later; SENTINEL FAILOVER from a
+//     client promotes the first replica.
+//
+// For example, a MOVING with a null endpoint whose successor the service
+// names one second later, while the window lasts two:
+//
+//	ds.Moving(mainttest.SentinelMoving{
+//		Moving:    mainttest.Moving{Window: 2 * time.Second, CloseJitter: 100 * time.Millisecond, To: successor, Null: true},
+//		NameAfter: time.Second,
+//	})
+//
+// A FailoverClient asks get-master-addr-by-name before every dial, so each
+// answer is where a new connection lands: every answer is logged as
+// KindSentinelQuery with the address named, which counts the dials sent to
+// a retiring master. Sentinel.SetLatency slows the answers (and so every
+// dial), Sentinel.RefuseNew takes a node down (go-redis then asks a peer).
+// Sentinel.Stats counts connections, commands served, master addresses
+// given, refused handshakes, errors, unknown commands, subscribers, switches
+// and +switch-master messages written. Emulator.Close closes every Sentinel
+// with the endpoints.
+//
+// go-redis v9.23.0's FailoverClusterClient (a UniversalClient with
+// MasterName and RouteByLatency, RouteRandomly or IsClusterMode) rewrites
+// loopback node addresses to ":port", so it reaches only nodes on
+// 127.0.0.1, and its Close leaves its sentinel goroutines running.
 package mainttest
