@@ -199,7 +199,7 @@ func (g *Group) NewClusterClient(opt *redis.ClusterOptions) *redis.ClusterClient
 func bindCluster(cs *clusterState, cc *redis.ClusterClient) {
 	if cs.reload == nil {
 		cs.reload = func() { cc.ReloadState(context.Background()) } // lazy: marks the slot map for reload
-		cc.AddHook(clusterHook{cs})                                  // transactions of moved slots (cluster.go)
+		cc.AddHook(clusterHook{cs})                                 // transactions of moved slots (cluster.go)
 	}
 }
 
