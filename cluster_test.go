@@ -41,7 +41,10 @@ type clusterEnv struct {
 	late          []string
 }
 
-func newClusterEnv(t *testing.T, maxRetries int) *clusterEnv {
+// newClusterEnv installs maint with Instrument on an existing
+// ClusterClient, or (options) through the options route before the first
+// dial of every node client (Group.NewClusterClient).
+func newClusterEnv(t *testing.T, maxRetries int, options bool) *clusterEnv {
 	t.Helper()
 	emu, err := mainttest.New(mainttest.Config{Logf: t.Logf})
 	require.NoError(t, err)
@@ -49,7 +52,7 @@ func newClusterEnv(t *testing.T, maxRetries int) *clusterEnv {
 	cl, err := emu.NewCluster(mainttest.ClusterConfig{})
 	require.NoError(t, err)
 	ce := &clusterEnv{t: t, emu: emu, cl: cl, nodes: cl.Nodes(), ev: &eventLog{}}
-	ce.cc = redis.NewClusterClient(&redis.ClusterOptions{
+	opt := &redis.ClusterOptions{
 		Addrs:        cl.Addrs(),
 		Dialer:       emu.Dialer(),
 		Protocol:     3,
@@ -57,16 +60,23 @@ func newClusterEnv(t *testing.T, maxRetries int) *clusterEnv {
 		MaxRetries:   maxRetries,
 		ReadTimeout:  2 * time.Second,
 		WriteTimeout: 2 * time.Second,
-	})
-	t.Cleanup(func() { _ = ce.cc.Close() })
-	ce.g, err = maint.Instrument(ce.cc, maint.WithLogf(t.Logf), maint.WithOnEvent(func(e maint.Event) {
+	}
+	mopts := []maint.Option{maint.WithLogf(t.Logf), maint.WithOnEvent(func(e maint.Event) {
 		ce.ev.add(e)
 		if e.Kind == maint.EventNotification && strings.HasPrefix(e.Detail, "SMIGRATED") {
 			ce.smigratedAt.CompareAndSwap(0, e.At.UnixNano())
 		}
-	}))
-	require.NoError(t, err)
+	})}
+	if options {
+		ce.g = maint.NewGroup(mopts...)
+		ce.cc = ce.g.NewClusterClient(opt)
+	} else {
+		ce.cc = redis.NewClusterClient(opt)
+		ce.g, err = maint.Instrument(ce.cc, mopts...)
+		require.NoError(t, err)
+	}
 	t.Cleanup(func() { _ = ce.g.Close() })
+	t.Cleanup(func() { _ = ce.cc.Close() })
 	ce.cc.OnNewNode(func(c *redis.Client) { c.AddHook(lateRecorder{ce}) })
 	require.NoError(t, ce.cc.Ping(context.Background()).Err())
 	return ce
@@ -275,8 +285,8 @@ func (ce *clusterEnv) waitEvent(ep *mainttest.Endpoint, kind string) mainttest.E
 // 9: no command failed, no write ran twice, no redirect of a command sent
 // after maint read the SMIGRATED, one slot-map reload for it, and (remove)
 // no connection the removed endpoint had to close.
-func reshard(t *testing.T, maxRetries int, remove bool) {
-	ce := newClusterEnv(t, maxRetries)
+func reshard(t *testing.T, maxRetries int, remove, options bool) {
+	ce := newClusterEnv(t, maxRetries, options)
 	src, a, b := ce.nodes[0], ce.nodes[1], ce.nodes[2]
 	l := startClusterLoad(ce.cc, 12)
 	waitFor(t, "load on every node", 20*time.Second, func() bool {
@@ -298,7 +308,10 @@ func reshard(t *testing.T, maxRetries int, remove bool) {
 		return st.SMigrated+st.Stale > 0
 	})
 	redirectsAtRead := ce.redirects()
-	waitFor(t, "the slot-map reload", 10*time.Second, func() bool { return ce.slotMaps() > mapsBefore })
+	waitFor(t, "the slot-map reload", 10*time.Second, func() bool {
+		st := ce.g.Maints()[0].ClusterStats()
+		return ce.slotMaps() > mapsBefore && st.Reloads+st.ReloadsSeen > 0
+	})
 	if remove {
 		ce.waitEvent(src, mainttest.KindRemovedClose)
 	}
@@ -347,7 +360,8 @@ func reshard(t *testing.T, maxRetries int, remove bool) {
 // and runs no write twice, with go-redis's default retries and with none.
 func TestClusterReshardUnderLoad(t *testing.T) {
 	for _, mr := range []int{0, -1} {
-		t.Run("MaxRetries"+strconv.Itoa(mr), func(t *testing.T) { reshard(t, mr, false) })
+		t.Run("Instrument/MaxRetries"+strconv.Itoa(mr), func(t *testing.T) { reshard(t, mr, false, false) })
+		t.Run("options/MaxRetries"+strconv.Itoa(mr), func(t *testing.T) { reshard(t, mr, false, true) })
 	}
 }
 
@@ -355,6 +369,7 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 // retires and closes its connections first, so the endpoint closes none.
 func TestClusterReshardRemovesSource(t *testing.T) {
 	for _, mr := range []int{0, -1} {
-		t.Run("MaxRetries"+strconv.Itoa(mr), func(t *testing.T) { reshard(t, mr, true) })
+		t.Run("Instrument/MaxRetries"+strconv.Itoa(mr), func(t *testing.T) { reshard(t, mr, true, false) })
+		t.Run("options/MaxRetries"+strconv.Itoa(mr), func(t *testing.T) { reshard(t, mr, true, true) })
 	}
 }
