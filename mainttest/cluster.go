@@ -30,6 +30,12 @@ type ClusterConfig struct {
 	// answered -CLUSTERDOWN. Empty splits the slots evenly, in node order, as
 	// redis-cli --cluster create does.
 	Slots []string
+
+	// LogRedirects logs every -MOVED, -ASK, -TRYAGAIN, -CROSSSLOT and
+	// -CLUSTERDOWN served as a KindRedirect event (with the connection and
+	// the reply), to tell when and on which connection each happened. Off
+	// by default: a reshard under load serves thousands.
+	LogRedirects bool
 }
 
 // Cluster is an emulated Redis Enterprise OSS Cluster API: endpoints of one
@@ -40,7 +46,8 @@ type ClusterConfig struct {
 // only the ownership changes. Create it with Emulator.NewCluster; the
 // Emulator's Close releases it.
 type Cluster struct {
-	e *Emulator
+	e            *Emulator
+	logRedirects bool
 
 	mu   sync.Mutex // serialises topology changes
 	topo atomic.Pointer[topology]
@@ -72,6 +79,7 @@ type slotMigration struct {
 // clusterMember ties an Endpoint to its Cluster and node index.
 type clusterMember struct {
 	cl  *Cluster
+	ep  *Endpoint
 	idx int
 }
 
@@ -79,62 +87,81 @@ type clusterMember struct {
 // and returns it. The endpoints are ordinary Endpoints as well: Moving,
 // SetLatency, CloseAll and the others work on them as on any endpoint.
 func (e *Emulator) NewCluster(cfg ClusterConfig) (*Cluster, error) {
-	eps, err := e.clusterEndpoints(cfg)
+	n := len(cfg.Addrs)
+	if n == 0 {
+		n = cfg.Nodes
+		if n <= 0 {
+			n = 3
+		}
+	}
+	if n > 200 {
+		return nil, fmt.Errorf("mainttest: cluster: %d nodes (at most 200)", n)
+	}
+	t := &topology{epoch: 1}
+	if err := t.assign(cfg.Slots, n); err != nil {
+		return nil, err
+	}
+	eps, err := e.clusterEndpoints(cfg.Addrs, n)
 	if err != nil {
 		return nil, err
 	}
-	cl := &Cluster{e: e}
-	t := &topology{epoch: 1}
+	cl := &Cluster{e: e, logRedirects: cfg.LogRedirects}
+	for i, ep := range eps {
+		t.nodes = append(t.nodes, clusterNode{ep: ep, id: nodeID(ep.addr)})
+		ep.cluster.Store(&clusterMember{cl: cl, ep: ep, idx: i})
+	}
+	cl.topo.Store(t)
+	for i, ep := range eps {
+		e.event(Event{Endpoint: ep.addr, Kind: KindNodeJoin, Detail: "slots=" + FormatSlots(t.slotsOf(i))})
+	}
+	return cl, nil
+}
+
+// assign gives the slots to n nodes as ClusterConfig.Slots says.
+func (t *topology) assign(slots []string, n int) error {
 	for i := range t.owner {
 		t.owner[i] = -1
 	}
-	for i, ep := range eps {
-		t.nodes = append(t.nodes, clusterNode{ep: ep, id: nodeID(ep.addr)})
-		ep.cluster.Store(&clusterMember{cl: cl, idx: i})
-	}
-	if len(cfg.Slots) > 0 {
-		if len(cfg.Slots) > len(eps) {
-			return nil, fmt.Errorf("mainttest: cluster: %d slot lists for %d nodes", len(cfg.Slots), len(eps))
-		}
-		for i, s := range cfg.Slots {
-			if s == "" {
-				continue
-			}
-			rs, err := ParseSlots(s)
-			if err != nil {
-				return nil, fmt.Errorf("mainttest: cluster node %d: %w", i, err)
-			}
-			for _, r := range rs {
-				for s := r.Start; s <= r.End; s++ {
-					if t.owner[s] >= 0 {
-						return nil, fmt.Errorf("mainttest: cluster: slot %d given to nodes %d and %d", s, t.owner[s], i)
-					}
-					t.owner[s] = int16(i)
-				}
-			}
-		}
-	} else {
+	if len(slots) == 0 {
 		// As redis-cli --cluster create: 0-5460, 5461-10922, 10923-16383.
-		per := float64(NumSlots) / float64(len(eps))
-		for i := range eps {
+		per := float64(NumSlots) / float64(n)
+		for i := 0; i < n; i++ {
 			lo, hi := int(math.Round(float64(i)*per)), int(math.Round(float64(i+1)*per))-1
 			for s := lo; s <= hi && s < NumSlots; s++ {
 				t.owner[s] = int16(i)
 			}
 		}
+		return nil
 	}
-	cl.topo.Store(t)
-	for _, ep := range eps {
-		e.event(Event{Endpoint: ep.addr, Kind: KindNodeJoin, Detail: "slots=" + FormatSlots(t.slotsOf(cl.indexOf(t, ep)))})
+	if len(slots) > n {
+		return fmt.Errorf("mainttest: cluster: %d slot lists for %d nodes", len(slots), n)
 	}
-	return cl, nil
+	for i, list := range slots {
+		if list == "" {
+			continue
+		}
+		rs, err := ParseSlots(list)
+		if err != nil {
+			return fmt.Errorf("mainttest: cluster node %d: %w", i, err)
+		}
+		for _, r := range rs {
+			for s := r.Start; s <= r.End; s++ {
+				if t.owner[s] >= 0 {
+					return fmt.Errorf("mainttest: cluster: slot %d given to nodes %d and %d", s, t.owner[s], i)
+				}
+				t.owner[s] = int16(i)
+			}
+		}
+	}
+	return nil
 }
 
-// clusterEndpoints starts the endpoints cfg asks for.
-func (e *Emulator) clusterEndpoints(cfg ClusterConfig) ([]*Endpoint, error) {
-	if len(cfg.Addrs) > 0 {
-		eps := make([]*Endpoint, 0, len(cfg.Addrs))
-		for _, a := range cfg.Addrs {
+// clusterEndpoints starts n endpoints on addrs, or on 127.0.0.2, 127.0.0.3,
+// ... with one port when addrs is empty.
+func (e *Emulator) clusterEndpoints(addrs []string, n int) ([]*Endpoint, error) {
+	if len(addrs) > 0 {
+		eps := make([]*Endpoint, 0, len(addrs))
+		for _, a := range addrs {
 			ep, err := e.AddEndpoint(a)
 			if err != nil {
 				for _, ep := range eps {
@@ -145,13 +172,6 @@ func (e *Emulator) clusterEndpoints(cfg ClusterConfig) ([]*Endpoint, error) {
 			eps = append(eps, ep)
 		}
 		return eps, nil
-	}
-	n := cfg.Nodes
-	if n <= 0 {
-		n = 3
-	}
-	if n > 200 {
-		return nil, fmt.Errorf("mainttest: cluster: %d nodes (at most 200)", n)
 	}
 	var lastErr error
 	for try := 0; try < 20; try++ {
@@ -313,7 +333,7 @@ func (cl *Cluster) AddNode(addr string) (*Endpoint, error) {
 	cl.mu.Lock()
 	t := cl.topo.Load().clone()
 	t.nodes = append(t.nodes, clusterNode{ep: ep, id: nodeID(ep.addr)})
-	ep.cluster.Store(&clusterMember{cl: cl, idx: len(t.nodes) - 1})
+	ep.cluster.Store(&clusterMember{cl: cl, ep: ep, idx: len(t.nodes) - 1})
 	cl.topo.Store(t)
 	cl.mu.Unlock()
 	cl.e.event(Event{Endpoint: ep.addr, Kind: KindNodeJoin, Detail: "slots="})
@@ -398,4 +418,50 @@ func (cl *Cluster) retire(ep *Endpoint, closeAfter time.Duration) {
 		ep.mu.Unlock()
 		cl.e.event(Event{At: at, Endpoint: ep.addr, Kind: KindRemovedClose, Detail: fmt.Sprintf("closed=%d owed=%d", n, owed)})
 	})
+}
+
+// ReplaceNode hands every slot of old to nw, a node of the cluster (see
+// AddNode), and takes old out of the topology at once, without a
+// notification and without touching old's listener or connections: the
+// server side of a MOVING of a cluster endpoint, whose window end (or
+// RefuseNew, CloseAll) deals with those. Slots migrating from or to old
+// are an error.
+func (cl *Cluster) ReplaceNode(old, nw *Endpoint) error {
+	cl.mu.Lock()
+	t0 := cl.topo.Load()
+	oi, err := cl.member(t0, old, "old")
+	if err != nil {
+		cl.mu.Unlock()
+		return err
+	}
+	ni, err := cl.member(t0, nw, "new")
+	if err != nil {
+		cl.mu.Unlock()
+		return err
+	}
+	if oi == ni {
+		cl.mu.Unlock()
+		return fmt.Errorf("mainttest: cluster: node %s replaced by itself", old.addr)
+	}
+	for s, m := range t0.mig {
+		if m.src == oi || m.dst == oi {
+			cl.mu.Unlock()
+			return fmt.Errorf("mainttest: cluster: slot %d of %s is migrating", s, old.addr)
+		}
+	}
+	rs := t0.slotsOf(oi)
+	t := t0.clone()
+	for _, r := range rs {
+		for s := r.Start; s <= r.End; s++ {
+			t.owner[s] = int16(ni)
+		}
+	}
+	t.nodes[oi].removed = true
+	cl.topo.Store(t)
+	cl.mu.Unlock()
+	if len(rs) > 0 {
+		cl.e.event(Event{Endpoint: nw.addr, Kind: KindSlotOwner, Detail: "slots=" + FormatSlots(rs) + " from=" + old.addr + " notified=false"})
+	}
+	cl.e.event(Event{Endpoint: old.addr, Kind: KindNodeRemove, Detail: "replaced_by=" + nw.addr})
+	return nil
 }

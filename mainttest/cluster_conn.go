@@ -23,12 +23,17 @@ const (
 	// (RemoveNode, SlotMigration.RemoveSource).
 	KindNodeRemove = "node_remove"
 	// KindRemovedClose: a removed node closed the connections it still
-	// had; Detail has "closed=N owed=M".
+	// had; Detail has "closed=N owed=M". Each connection's KindClose gives
+	// the reason "removed".
 	KindRemovedClose = "removed_close"
 	// KindSlotMap: a node answered CLUSTER SLOTS, SHARDS or NODES (Detail
 	// names which); Conn is the asking connection. Clients reload their slot
 	// map with these, so a reload is observable by waiting for one.
 	KindSlotMap = "slot_map"
+	// KindRedirect: a node refused a key command with a redirect or a
+	// cluster error (ClusterConfig.LogRedirects only); Conn is the
+	// connection, Detail the reply ("MOVED 100 127.0.0.3:7000").
+	KindRedirect = "redirect"
 )
 
 // ClusterStats are the counters of a Cluster node, in Stats.Cluster. Each is
@@ -134,7 +139,7 @@ func (m *clusterMember) command(c *conn, frame []byte, name string, args [][]byt
 		// the slot may have moved or started migrating since they were
 		// queued, and queued commands may span slots.
 		if reply, kind := t.route(m.idx, keys, asking); kind != served {
-			m.countRedirect(kind)
+			m.countRedirect(c, kind, reply)
 			return discardCmd, "DISCARD", reply, true
 		}
 		return frame, name, nil, true
@@ -145,7 +150,7 @@ func (m *clusterMember) command(c *conn, frame []byte, name string, args [][]byt
 		return frame, name, nil, true
 	}
 	if reply, kind := t.route(m.idx, keys, asking); kind != served {
-		m.countRedirect(kind)
+		m.countRedirect(c, kind, reply)
 		if cc.multi {
 			cc.dirty = true // refused at queue time: EXEC aborts
 		}
@@ -160,13 +165,17 @@ func (m *clusterMember) command(c *conn, frame []byte, name string, args [][]byt
 
 // count updates the node's ClusterStats under its lock.
 func (m *clusterMember) count(f func(*ClusterStats)) {
-	ep := m.cl.topo.Load().nodes[m.idx].ep
-	ep.mu.Lock()
-	f(&ep.stats.Cluster)
-	ep.mu.Unlock()
+	m.ep.mu.Lock()
+	f(&m.ep.stats.Cluster)
+	m.ep.mu.Unlock()
 }
 
-func (m *clusterMember) countRedirect(kind redirect) {
+// countRedirect counts a refused command and, with LogRedirects, logs it.
+func (m *clusterMember) countRedirect(c *conn, kind redirect, reply []byte) {
+	if m.cl.logRedirects {
+		m.cl.e.event(Event{Endpoint: m.ep.addr, Kind: KindRedirect, Conn: c.id,
+			Detail: strings.TrimSuffix(string(reply[1:]), "\r\n")})
+	}
 	m.count(func(s *ClusterStats) {
 		switch kind {
 		case redirMoved:
@@ -277,10 +286,10 @@ func (m *clusterMember) clusterCommand(c *conn, t *topology, args [][]byte) []by
 		default:
 			b = appendText(nil, t.nodesText(m.idx), resp3)
 		}
-		m.cl.e.event(Event{Endpoint: t.nodes[m.idx].ep.addr, Kind: KindSlotMap, Conn: c.id, Detail: "CLUSTER " + sub})
+		m.cl.e.event(Event{Endpoint: m.ep.addr, Kind: KindSlotMap, Conn: c.id, Detail: "CLUSTER " + sub})
 		return b
 	case "INFO":
-		return appendText(nil, t.infoText(m.idx), resp3)
+		return appendText(nil, t.infoText(), resp3)
 	case "MYID":
 		return resp.AppendBulk(nil, t.nodes[m.idx].id)
 	case "MYSHARDID":
@@ -457,7 +466,7 @@ func (t *topology) nodesText(self int) string {
 }
 
 // infoText is the CLUSTER INFO text.
-func (t *topology) infoText(self int) string {
+func (t *topology) infoText() string {
 	assigned, known, size := 0, 0, 0
 	for s := range t.owner {
 		if t.owner[s] >= 0 {
@@ -489,6 +498,5 @@ func (t *topology) infoText(self int) string {
 		"cluster_current_epoch:" + ep,
 		"cluster_my_epoch:" + ep,
 	}
-	_ = self
 	return strings.Join(lines, "\r\n") + "\r\n"
 }

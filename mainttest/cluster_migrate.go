@@ -40,6 +40,11 @@ type SlotMigration struct {
 	// endpoints' read loops and must be safe for concurrent use.
 	KeyMoved func(key string) bool
 
+	// TripletAddr, when set, names the nodes in SMIGRATED's triplets (a
+	// host name, a resolved address); nil gives "ip:port" as CLUSTER SLOTS
+	// does.
+	TripletAddr func(ep *Endpoint) string
+
 	// SourceOnly sends SMIGRATING and SMIGRATED to From's connections only;
 	// by default the destinations' connections get them as well.
 	SourceOnly bool
@@ -53,13 +58,15 @@ type SlotMigration struct {
 	// leaves CLUSTER SLOTS, stops accepting at once and closes its
 	// connections CloseAfter later.
 	RemoveSource bool
-	CloseAfter   time.Duration
+	// CloseAfter is how long a removed source keeps its open connections
+	// (answering their key commands with -MOVED) before it closes them.
+	CloseAfter time.Duration
 }
 
 // SlotTarget is one more destination of a SlotMigration.
 type SlotTarget struct {
-	Slots string
-	To    *Endpoint
+	Slots string    // slot list moved, such as "100-200"
+	To    *Endpoint // their destination
 }
 
 // AllKeys is a SlotMigration.KeyMoved under which every key of the
@@ -181,6 +188,7 @@ func (cl *Cluster) MigrateSlots(m SlotMigration) (seq int64, err error) {
 		cl.mu.Lock()
 		t := cl.topo.Load().clone()
 		var triplets []resp.SlotMove
+		var owners []Event
 		for _, mv := range moves {
 			var moved []SlotRange // slots still migrating under this MigrateSlots
 			for _, r := range mv.rs {
@@ -197,6 +205,11 @@ func (cl *Cluster) MigrateSlots(m SlotMigration) (seq int64, err error) {
 				continue // SetOwner took them meanwhile
 			}
 			from, to := t.nodes[src].ep.addr, t.nodes[mv.dst].ep.addr
+			owners = append(owners, Event{Endpoint: to, Kind: KindSlotOwner,
+				Detail: "slots=" + FormatSlots(moved) + " from=" + from + " notified=true"})
+			if m.TripletAddr != nil {
+				from, to = m.TripletAddr(t.nodes[src].ep), m.TripletAddr(t.nodes[mv.dst].ep)
+			}
 			if m.TripletPerRange {
 				for _, r := range moved {
 					triplets = append(triplets, resp.SlotMove{Src: from, Dst: to, Slots: r.String()})
@@ -213,8 +226,8 @@ func (cl *Cluster) MigrateSlots(m SlotMigration) (seq int64, err error) {
 		}
 		cl.mu.Unlock()
 
-		for _, tr := range triplets {
-			e.event(Event{Endpoint: tr.Dst, Kind: KindSlotOwner, Detail: "slots=" + tr.Slots + " from=" + tr.Src + " notified=true"})
+		for _, ev := range owners {
+			e.event(ev)
 		}
 		if len(triplets) > 0 {
 			seq := e.nextSeq()

@@ -311,6 +311,9 @@ func TestClusterConfigSlots(t *testing.T) {
 			t.Errorf("NewCluster(%+v) accepted", bad)
 		}
 	}
+	if n := len(e.Endpoints()); n != 2 {
+		t.Errorf("%d endpoints after the refused configs, want the first cluster's 2", n)
+	}
 }
 
 func TestClusterMovedAndCrossSlot(t *testing.T) {
@@ -730,4 +733,70 @@ func TestClusterAddNode(t *testing.T) {
 	waitEvent(t, e, IsKind(nw, KindSMigrated))
 	c.send("GET", k)
 	c.expect("$-1\r\n")
+}
+
+// TestClusterMovingNode: a MOVING of a cluster endpoint works as for a
+// standalone one, and ReplaceNode gives its slots to the successor.
+func TestClusterMovingNode(t *testing.T) {
+	e := newEmu(t, Config{})
+	cl := newCluster(t, e, ClusterConfig{})
+	old := cl.Nodes()[0]
+	nw, err := cl.AddNode("127.0.0.9:" + old.Port())
+	if err != nil {
+		if nw, err = cl.AddNode("127.0.0.9:0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := dialRaw(t, old.Addr())
+	c.hello3()
+	c.optIn("internal-ip")
+	seq := old.Moving(Moving{Window: 300 * time.Millisecond, To: nw, StopAccepting: true})
+	c.expect(string(resp.AppendMoving(nil, seq, 1, nw.Addr(), false)))
+	if err := cl.ReplaceNode(old, nw); err != nil {
+		t.Fatal(err)
+	}
+	if cl.Owner(0) != nw || len(cl.Slots(old)) != 0 || slices.Contains(cl.Addrs(), old.Addr()) {
+		t.Fatalf("after ReplaceNode: owner %s, old slots %v, nodes %v", cl.Owner(0).Addr(), cl.Slots(old), cl.Addrs())
+	}
+	k := keyInSlot(t, 0, "k")
+	c.send("GET", k) // still open: the window has not ended
+	c.expect(fmt.Sprintf("-MOVED 0 %s\r\n", nw.Addr()))
+	cn := dialRaw(t, nw.Addr())
+	cn.send("SET", k, "v")
+	cn.expect("+OK\r\n")
+	ev := waitEvent(t, e, IsKind(old, KindWindowEndClose))
+	if ev.Detail != "closed=1 owed=0" {
+		t.Errorf("window end: %q", ev.Detail)
+	}
+	if err := cl.ReplaceNode(old, nw); err == nil {
+		t.Error("replaced a removed node")
+	}
+	if err := cl.ReplaceNode(nw, nw); err == nil {
+		t.Error("replaced a node by itself")
+	}
+}
+
+func TestClusterTripletAddrAndRedirectLog(t *testing.T) {
+	e := newEmu(t, Config{})
+	cl := newCluster(t, e, ClusterConfig{Nodes: 2, LogRedirects: true})
+	a, b := cl.Nodes()[0], cl.Nodes()[1]
+	c := dialRaw(t, a.Addr())
+	c.hello3()
+	c.optIn("internal-fqdn")
+	name := func(ep *Endpoint) string { return "node" + ep.IP()[len("127.0.0."):] + ".example:" + ep.Port() }
+	if _, err := cl.MigrateSlots(SlotMigration{From: a, To: b, Slots: "7", TripletAddr: name}); err != nil {
+		t.Fatal(err)
+	}
+	c.read() // SMIGRATING
+	ev := waitEvent(t, e, IsKind(a, KindSMigrated))
+	c.expect(string(resp.AppendSMigrated(nil, ev.Seq, []resp.SlotMove{{Src: "node2.example:" + a.Port(), Dst: "node3.example:" + b.Port(), Slots: "7"}})))
+	waitEvent(t, e, IsKind(b, KindSlotOwner)) // logged with the real address
+
+	k := keyInSlot(t, 7, "k")
+	c.send("GET", k)
+	c.expect(fmt.Sprintf("-MOVED 7 %s\r\n", b.Addr()))
+	ev = waitEvent(t, e, IsKind(a, KindRedirect))
+	if ev.Detail != fmt.Sprintf("MOVED 7 %s", b.Addr()) || ev.Conn == 0 {
+		t.Errorf("redirect event %+v", ev)
+	}
 }

@@ -84,7 +84,9 @@
 //     completion, SetMaintLatency's latency applies to every command. The
 //     latest completion is replayed to each newly opted-in connection right
 //     after its +OK, as real servers do for hours.
-//   - SMigrating/SMigrated for cluster tests; SendRaw for malformed input.
+//   - SMigrating/SMigrated inject those pushes as they are (a whole slot
+//     migration is Cluster.MigrateSlots, see Cluster); SendRaw sends
+//     malformed input.
 //
 // Durations are sent as whole seconds rounded up (a positive MOVING window
 // is at least 1 s); the emulator itself acts at the exact durations, so
@@ -99,6 +101,60 @@
 // have several addresses, dialled in order (the first that accepts wins),
 // or, with DNS.SetRoundRobin, starting one address further at each dial:
 // two nodes behind one name, as a round-robin DNS answer gives.
+//
+// # Cluster
+//
+// Emulator.NewCluster starts an emulated Redis Enterprise OSS Cluster API:
+// N endpoints (3 by default, on 127.0.0.2, 127.0.0.3, ... sharing one port)
+// that split the 16384 hash slots as redis-cli does (0-5460, 5461-10922,
+// 10923-16383) or as ClusterConfig.Slots says. They still front the one
+// backend, so moving a slot copies no data: only its owner changes. Each
+// node answers CLUSTER SLOTS, SHARDS, NODES, INFO, MYID, MYSHARDID and
+// KEYSLOT from the emulated topology (RESP3 maps and verbatim strings on
+// RESP3 connections, as Redis 7 does), and ASKING, READONLY and READWRITE.
+// A key command is routed as a cluster node routes it: keys in several slots
+// get -CROSSSLOT, a slot owned elsewhere -MOVED <slot> <ip:port>, an
+// unassigned one -CLUSTERDOWN. Key positions come from a table of the common
+// commands (EVAL and the others with numkeys, XREAD's STREAMS included);
+// commands without keys, or not in the table, are served by any node.
+// Slots are computed with KeySlot (CRC16 and hash tags); ParseSlots and
+// FormatSlots read and write slot lists such as "0-100,200".
+//
+// MULTI/EXEC behaves as on a cluster: a queued command for a slot not owned
+// here gets -MOVED (or -ASK) at queue time and EXEC then answers -EXECABORT;
+// at EXEC the queued keys are checked together (-CROSSSLOT when they span
+// slots, -MOVED when their slot moved meanwhile), and the backend's
+// transaction is discarded.
+//
+// Cluster.MigrateSlots is a slot migration as maintenance announces it: at
+// once SMIGRATING [seq, "0-1000,2000"] to the source's opted-in RESP3
+// connections and the destinations', and SlotMigration.Latency on the
+// source; after Duration the ownership change, then SMIGRATED
+// [seq, [[src, dst, slots], ...]] (addresses as CLUSTER SLOTS gives them;
+// several destinations, or TripletPerRange, give several triplets) and,
+// with RemoveSource, the emptied source's removal: it leaves the topology,
+// stops accepting and closes its connections CloseAfter later. During the
+// migration SlotMigration.KeyMoved says which keys already left: the source
+// answers -ASK for them (-TRYAGAIN for a multi-key command whose keys are
+// split) and the destination serves them after ASKING. SetOwner moves slots
+// with no notification (clients learn it from -MOVED); AddNode, RemoveNode
+// and ReplaceNode change the nodes. A MOVING of a node is the Endpoint's
+// Moving, as for a standalone endpoint; ReplaceNode hands its slots to the
+// successor. Stats.Cluster counts, per node, the redirects served (MOVED,
+// ASK, TRYAGAIN, CROSSSLOT), the ASKINGs and the slot-map requests
+// (CLUSTER SLOTS, SHARDS, NODES), each also logged as a KindSlotMap event,
+// so a client's slot-map reload can be waited for; with
+// ClusterConfig.LogRedirects every redirect is logged too (KindRedirect,
+// with its connection), to tell which came after a notification.
+// CLUSTER, ASKING, READONLY and READWRITE are answered at once even inside
+// MULTI, where a real node would queue them:
+//
+//	cl, _ := emu.NewCluster(mainttest.ClusterConfig{})
+//	client := redis.NewClusterClient(&redis.ClusterOptions{
+//		Addrs: cl.Addrs(), Dialer: emu.Dialer(), Protocol: 3})
+//	nodes := cl.Nodes()
+//	cl.MigrateSlots(mainttest.SlotMigration{From: nodes[0], To: nodes[1],
+//		Slots: "0-1000", Duration: time.Second, Latency: 20 * time.Millisecond})
 //
 // # Faults and timing knobs
 //
