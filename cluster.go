@@ -33,11 +33,10 @@ import (
 //   - a source left with no slot has its connections retired, as after a
 //     MOVING: idle ones closed at once, busy ones when their reply is in.
 type clusterState struct {
-	// reload marks the ClusterClient's slot map for reload; nil when the
-	// ClusterClient is not known.
-	reload func()
-
-	mu      sync.Mutex // guards the following
+	mu sync.Mutex // guards the following
+	// reload marks the ClusterClient's slot map for reload; nil until the
+	// ClusterClient is known (bind).
+	reload  func()
 	members []*clusterMember
 	seen    map[int64]mono // SMIGRATED sequence ids handled, until they expire
 	// owner is the slot map last seen (CLUSTER SLOTS replies read through
@@ -149,6 +148,18 @@ func (m *Maint) ClusterStats() ClusterStats {
 // newClusterState returns the state of one cluster; reload may be nil.
 func newClusterState(reload func()) *clusterState {
 	return &clusterState{reload: reload, seen: make(map[int64]mono)}
+}
+
+// bind sets the reload of the ClusterClient's slot map, unless one is set;
+// it reports whether it set it.
+func (cs *clusterState) bind(reload func()) bool {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.reload != nil {
+		return false
+	}
+	cs.reload = reload
+	return true
 }
 
 // join records a node client of the cluster and its Maint, so that
@@ -295,7 +306,10 @@ func (cs *clusterState) onSMigrated(m *Maint, c *conn, nt resp.Notification) {
 	cs.mu.Unlock()
 
 	cs.c.smigrated.Add(1)
-	if cs.reload != nil {
+	cs.mu.Lock()
+	reload := cs.reload
+	cs.mu.Unlock()
+	if reload != nil {
 		p := &pendingReload{moves: moves}
 		cs.mu.Lock()
 		cs.pending = append(cs.pending, p)
@@ -342,8 +356,11 @@ func (cs *clusterState) reloadLater(m *Maint, p *pendingReload) {
 		cs.c.reloadsSeen.Add(1)
 		return
 	}
+	cs.mu.Lock()
+	reload := cs.reload
+	cs.mu.Unlock()
 	cs.c.reloads.Add(1)
-	cs.reload()
+	reload()
 }
 
 func (cs *clusterState) dropPending(p *pendingReload) {
