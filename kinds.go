@@ -197,9 +197,8 @@ func (g *Group) NewClusterClient(opt *redis.ClusterOptions) *redis.ClusterClient
 
 // bindCluster lets the cluster's node Maints reload cc's slot map.
 func bindCluster(cs *clusterState, cc *redis.ClusterClient) {
-	if cs.reload == nil {
-		cs.reload = func() { cc.ReloadState(context.Background()) } // lazy: marks the slot map for reload
-		cc.AddHook(clusterHook{cs})                                 // transactions of moved slots (cluster.go)
+	if cs.bind(func() { cc.ReloadState(context.Background()) }) { // lazy: marks the slot map for reload
+		cc.AddHook(clusterHook{cs}) // transactions of moved slots (cluster.go)
 	}
 }
 
