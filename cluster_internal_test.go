@@ -248,3 +248,47 @@ func TestAwayHotPathAllocatesNothing(t *testing.T) {
 
 // Bounds of the Eventually waits of these tests: generous, the machine is shared.
 const testWait, testTick = 5 * time.Second, 5 * time.Millisecond
+
+// FuzzParseSlots: a slot list from the network never panics the parser,
+// and what it accepts survives the canonical form.
+func FuzzParseSlots(f *testing.F) {
+	for _, s := range []string{"0-100", "123,456,789-1000", " 1 , 3-4", "16383", "5-3", "a-b", ",,", "0-16384", "-1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		rs, err := parseSlots(s)
+		if err != nil {
+			return
+		}
+		c := canonSlots(rs)
+		again, err := parseSlots(c)
+		if err != nil {
+			t.Fatalf("canonical form %q of %q does not parse: %v", c, s, err)
+		}
+		if c2 := canonSlots(again); c2 != c {
+			t.Fatalf("canonical form of %q: %q then %q", s, c, c2)
+		}
+	})
+}
+
+// FuzzClusterNotifications: whatever SMIGRATING and SMIGRATED a server
+// sends, on whichever node client, the cluster state never panics and its
+// memory stays bounded.
+func FuzzClusterNotifications(f *testing.F) {
+	f.Add(int64(1), "0-100", srcAddr, dstAddr, "0-100")
+	f.Add(int64(2), "", "10.0.0.1:7000", "", "x")
+	f.Add(int64(-5), "16383", dstAddr, srcAddr, "0-16383")
+	f.Fuzz(func(t *testing.T, seq int64, migrating, src, dst, slots string) {
+		f := newClusterFixture(t)
+		f.cSrc.onNotification(resp.AppendSMigrating(nil, seq, migrating))
+		frame := resp.AppendSMigrated(nil, seq+1, []resp.SlotMove{{Src: src, Dst: dst, Slots: slots}})
+		f.cDst.onNotification(frame)
+		f.cSrc.onNotification(frame)
+		if a := f.src.away.Load(); a != nil {
+			_, _ = f.src.awayProcess(context.Background(), a, redis.NewStringCmd(context.Background(), "get", "foo"))
+		}
+		if len(f.cs.seen) > maxSeenSMigrated {
+			t.Fatalf("%d ids remembered", len(f.cs.seen))
+		}
+	})
+}
