@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -23,7 +22,8 @@ import (
 // its connections a window later. Four clients in turn: no handler,
 // go-redis's built-in with default options (a default ClusterClient never
 // reloads on SMIGRATED), go-redis's built-in with MaintNotificationsConfig
-// set (it reloads on every SMIGRATED it reads), and maint (Instrument).
+// set (it reloads on every SMIGRATED it reads), and maint (Instrument, or
+// with --maint-route configure Group.NewClusterClient).
 
 // reshardClient is one of the clients the reshard compares.
 type reshardClient struct {
@@ -124,7 +124,7 @@ func runReshard(rn *runner, rep *report, stdout io.Writer) error {
 	rep.Reshard = rr
 	rep.Scenarios = append(rep.Scenarios, &scenarioReport{Name: "reshard", Summary: reshardSummary})
 	if !s.json {
-		printReshard(stdout, s, rr)
+		printReshard(stdout, rr)
 	}
 	return nil
 }
@@ -163,13 +163,23 @@ func (rn *runner) reshard(c reshardClient, maxRetries int) (*reshardRun, error) 
 		opt.MaintNotificationsConfig = &maintnotifications.Config{
 			Mode: maintnotifications.ModeEnabled, EndpointType: maintnotifications.EndpointTypeInternalIP}
 	}
-	cc := redis.NewClusterClient(opt)
+	var cc *redis.ClusterClient
 	var g *maint.Group
-	if c.kind == clientMaint {
+	switch {
+	case c.kind == clientMaint && s.maintRoute == routeConfigure:
+		// The options route: every node client's Maint is in place before
+		// its first dial.
+		g = maint.NewGroup(maint.WithLogf(rn.logf))
+		cc = g.NewClusterClient(opt)
+	case c.kind == clientMaint:
+		// One line on an existing client, before its first command.
+		cc = redis.NewClusterClient(opt)
 		if g, err = maint.Instrument(cc, maint.WithLogf(rn.logf)); err != nil {
 			_ = cc.Close()
 			return nil, err
 		}
+	default:
+		cc = redis.NewClusterClient(opt)
 	}
 	defer func() {
 		_ = cc.Close()
@@ -339,7 +349,7 @@ func reshardSlotMaps(nodes []*mainttest.Endpoint) int64 {
 
 // printReshard prints the reshard's table: a column per client, the
 // MaxRetries -1 and default runs side by side in each cell.
-func printReshard(w io.Writer, s *settings, rr *reshardReport) {
+func printReshard(w io.Writer, rr *reshardReport) {
 	type col struct {
 		c          reshardClient
 		noRetry, d *reshardRun
@@ -404,6 +414,4 @@ func printReshard(w io.Writer, s *settings, rr *reshardReport) {
 	if len(errs) > 0 {
 		fmt.Fprintf(w, "\nerrors\n%s\n", strings.Join(errs, "\n"))
 	}
-	_ = s
-	_ = errors.New
 }
