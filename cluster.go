@@ -288,13 +288,19 @@ func (cs *clusterState) onSMigrated(m *Maint, c *conn, nt resp.Notification) {
 	until := now + int64(movedFor)
 	cs.moved.Store(merge(cs.moved.Load(), moves, "", until, now))
 	for _, mb := range cs.members {
-		mine := false
+		src, dst := false, false
 		for _, mv := range moves {
-			mine = mine || mv.src == mb.addr
+			src = src || mv.src == mb.addr
+			dst = dst || mv.dst == mb.addr
 		}
-		if mine {
-			mb.m.away.Store(merge(mb.m.away.Load(), moves, mb.addr, until, now))
+		switch prev := mb.m.away.Load(); {
+		case src:
+			mb.m.away.Store(merge(prev, moves, mb.addr, until, now))
 			mb.m.migrating.Store(nil) // the overlay knows where they went
+		case dst && prev != nil:
+			// Slots moving back to a node that gave them away recently are
+			// its own again: never sent on from there.
+			mb.m.away.Store(merge(prev, moves, mb.addr, prev.until.Load(), now))
 		}
 	}
 	cs.resolveLocked(cs.moved.Load())
@@ -661,6 +667,9 @@ func (e *movedError) RedisError() {}
 // straight to the destination. It reports whether it served the command.
 func (m *Maint) awayProcess(ctx context.Context, a *movedSlots, cmd redis.Cmder) (bool, error) {
 	cs := m.s.cluster
+	if isForwarded(ctx) {
+		return false, nil // sent on once already: never twice (a slot moving back and forth)
+	}
 	if cs == nil || a.until.Load() <= monoNow() {
 		m.away.CompareAndSwap(a, nil)
 		return false, nil
@@ -672,7 +681,7 @@ func (m *Maint) awayProcess(ctx context.Context, a *movedSlots, cmd redis.Cmder)
 	}
 	if r := d.client(cs); r != nil {
 		cs.c.forwarded.Add(1)
-		return true, r.Process(ctx, cmd)
+		return true, r.Process(forwarded(ctx), cmd)
 	}
 	cs.c.redirected.Add(1)
 	err := &movedError{slot: slot, addr: d.addr}
@@ -687,6 +696,9 @@ func (m *Maint) awayProcess(ctx context.Context, a *movedSlots, cmd redis.Cmder)
 // transaction's MOVED is go-redis's: it acts on it inside its read loop.
 func (m *Maint) awayMoved(ctx context.Context, a *movedSlots, cmd redis.Cmder, err error) (bool, error) {
 	cs := m.s.cluster
+	if isForwarded(ctx) {
+		return false, nil // sent on once already: never twice (a slot moving back and forth)
+	}
 	if cs == nil || !strings.HasPrefix(err.Error(), "MOVED ") || a.until.Load() <= monoNow() {
 		return false, nil
 	}
@@ -709,7 +721,22 @@ func (m *Maint) awayMoved(ctx context.Context, a *movedSlots, cmd redis.Cmder, e
 		return false, nil
 	}
 	cs.c.forwarded.Add(1)
-	return true, r.Process(ctx, cmd)
+	return true, r.Process(forwarded(ctx), cmd)
+}
+
+// forwardedKey marks the context of a command maint sent on to a moved
+// slot's destination.
+type forwardedKey struct{}
+
+// forwarded returns ctx marked as forwarded.
+func forwarded(ctx context.Context) context.Context {
+	return context.WithValue(ctx, forwardedKey{}, true)
+}
+
+// isForwarded reports whether ctx is a forwarded command's: it is not sent
+// on again.
+func isForwarded(ctx context.Context) bool {
+	return ctx.Value(forwardedKey{}) != nil
 }
 
 // isTx reports whether a pipeline is a transaction or needs its
@@ -730,6 +757,9 @@ func isTx(cmds []redis.Cmder) bool {
 // it served the pipeline.
 func (m *Maint) awayPipeline(ctx context.Context, a *movedSlots, cmds []redis.Cmder, next redis.ProcessPipelineHook) (bool, error) {
 	cs := m.s.cluster
+	if isForwarded(ctx) {
+		return false, nil // sent on once already: never twice (a slot moving back and forth)
+	}
 	if cs == nil || a.until.Load() <= monoNow() {
 		m.away.CompareAndSwap(a, nil)
 		return false, nil
@@ -768,13 +798,15 @@ func (m *Maint) awayPipeline(ctx context.Context, a *movedSlots, cmds []redis.Cm
 		return false, nil
 	}
 	for _, g := range groups {
+		fctx := forwarded(ctx)
 		p := g.r.Pipeline()
 		for _, c := range g.cmds {
-			_ = p.Process(ctx, c)
+			_ = p.Process(fctx, c)
 		}
-		_, _ = p.Exec(ctx)
+		_, _ = p.Exec(fctx)
 		for _, c := range g.cmds {
 			if isRedirect(c.Err()) {
+				c.SetErr(nil)
 				rest = append(rest, c) // not run there: the source's answer routes it
 			} else {
 				cs.c.forwarded.Add(1)
@@ -829,6 +861,9 @@ func (h clusterHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // whether it did; a transaction the destination redirects (nothing ran) is
 // left to go-redis.
 func (cs *clusterState) txForward(ctx context.Context, mv *movedSlots, cmds []redis.Cmder) (bool, error) {
+	if isForwarded(ctx) {
+		return false, nil // sent on once already: never twice (a slot moving back and forth)
+	}
 	if mv.until.Load() <= monoNow() {
 		cs.moved.CompareAndSwap(mv, nil)
 		return false, nil
@@ -856,15 +891,21 @@ func (cs *clusterState) txForward(ctx context.Context, mv *movedSlots, cmds []re
 	if r == nil {
 		return false, nil
 	}
-	_, err := r.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	fctx := forwarded(ctx)
+	_, err := r.TxPipelined(fctx, func(p redis.Pipeliner) error {
 		for _, c := range inner {
-			_ = p.Process(ctx, c)
+			_ = p.Process(fctx, c)
 		}
 		return nil
 	})
 	for _, c := range inner {
 		if isRedirect(c.Err()) {
-			return false, nil // the transaction was aborted: go-redis routes it
+			// The transaction was aborted there (nothing ran): go-redis
+			// routes it.
+			for _, c := range inner {
+				c.SetErr(nil)
+			}
+			return false, nil
 		}
 	}
 	cs.c.forwarded.Add(1)
@@ -1080,6 +1121,9 @@ func (m *Maint) noteMigrating(nt resp.Notification) {
 // SMIGRATED's, one, not one more for each such MOVED.
 func (m *Maint) migratingMoved(ctx context.Context, mg *migratingSlots, cmd redis.Cmder, err error) (bool, error) {
 	cs := m.s.cluster
+	if isForwarded(ctx) {
+		return false, nil // sent on once already: never twice (a slot moving back and forth)
+	}
 	now := monoNow()
 	if cs == nil || now >= mg.until || !strings.HasPrefix(err.Error(), "MOVED ") {
 		return false, nil
@@ -1102,5 +1146,5 @@ func (m *Maint) migratingMoved(ctx context.Context, mg *migratingSlots, cmd redi
 		return false, nil
 	}
 	cs.c.forwarded.Add(1)
-	return true, r.Process(ctx, cmd)
+	return true, r.Process(forwarded(ctx), cmd)
 }

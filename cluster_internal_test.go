@@ -2,6 +2,7 @@ package maint
 
 import (
 	"context"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -291,4 +292,33 @@ func FuzzClusterNotifications(f *testing.F) {
 			t.Fatalf("%d ids remembered", len(f.cs.seen))
 		}
 	})
+}
+
+// Slots moving back to the node that gave them away recently are its own
+// again: neither node sends them to the other (no forwarding loop), and a
+// command already forwarded is never forwarded again.
+func TestSlotsMovingBackAreNotForwardedInALoop(t *testing.T) {
+	f := newClusterFixture(t)
+	f.cSrc.onNotification(smigrated(80, "0-100"))
+	require.NotNil(t, f.src.away.Load().lookup(50))
+	back := resp.AppendSMigrated(nil, 81, []resp.SlotMove{{Src: dstAddr, Dst: srcAddr, Slots: "0-100"}})
+	f.cDst.onNotification(back)
+	assert.Nil(t, f.src.away.Load().lookup(50), "slot 50 is the source's again")
+	require.NotNil(t, f.dst.away.Load())
+	assert.Equal(t, srcAddr, f.dst.away.Load().lookup(50).addr)
+
+	a := f.dst.away.Load()
+	cmd := redis.NewStringCmd(context.Background(), "get", keyInSlot(50))
+	done, _ := f.dst.awayProcess(forwarded(context.Background()), a, cmd)
+	assert.False(t, done, "a forwarded command is not forwarded again")
+}
+
+// keyInSlot returns a key of slot.
+func keyInSlot(slot int) string {
+	for i := 0; ; i++ {
+		k := "k" + strconv.Itoa(i)
+		if keySlot(k) == slot {
+			return k
+		}
+	}
 }
