@@ -309,6 +309,14 @@ func (cs *clusterState) onSMigrated(m *Maint, c *conn, nt resp.Notification) {
 			cs.resolveLocked(a)
 		}
 	}
+	// A destination with no node client yet (a node new to the client)
+	// gets one from go-redis's reload: no point waiting for it.
+	delay := reloadDelay
+	for _, mv := range moves {
+		if mb := cs.findLocked(mv.dst); mb == nil || mb.rdb == nil {
+			delay = 0
+		}
+	}
 	cs.mu.Unlock()
 
 	cs.c.smigrated.Add(1)
@@ -320,12 +328,12 @@ func (cs *clusterState) onSMigrated(m *Maint, c *conn, nt resp.Notification) {
 		cs.mu.Lock()
 		cs.pending = append(cs.pending, p)
 		cs.mu.Unlock()
-		if !m.goBackground(func() { cs.reloadLater(m, p) }) {
+		if !m.goBackground(func() { cs.reloadLater(m, p, delay) }) {
 			cs.dropPending(p)
 		}
 	}
 	m.emit(Event{Kind: EventRelaxEnd, Node: c.n.key, Seq: nt.Seq, Count: len(moves),
-		Detail: fmt.Sprintf("SMIGRATED acted on: %s; slot map reload in %v unless go-redis reloads first", describeMoves(moves), reloadDelay)})
+		Detail: fmt.Sprintf("SMIGRATED acted on: %s; slot map reload in %v unless go-redis reloads first", describeMoves(moves), delay)})
 	for _, mb := range emptied {
 		mb.m.retireEmptied(nt.Seq, "SMIGRATED left it with no slot", mb.rdb, maps)
 	}
@@ -347,16 +355,19 @@ type pendingReload struct {
 // would be a second one.
 const reloadDelay = 100 * time.Millisecond
 
-// reloadLater asks for p's reload after reloadDelay, unless a slot map
-// showing its moves was seen by then. It runs on one of m's goroutines.
-func (cs *clusterState) reloadLater(m *Maint, p *pendingReload) {
+// reloadLater asks for p's reload after delay (reloadDelay, or 0 when a
+// destination has no node client yet), unless a slot map showing its moves
+// was seen by then. It runs on one of m's goroutines.
+func (cs *clusterState) reloadLater(m *Maint, p *pendingReload, delay time.Duration) {
 	defer cs.dropPending(p)
-	t := time.NewTimer(reloadDelay)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-m.ctx.Done():
-		return
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-m.ctx.Done():
+			return
+		}
 	}
 	if p.seen.Load() {
 		cs.c.reloadsSeen.Add(1)
