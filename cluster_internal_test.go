@@ -118,9 +118,15 @@ func TestSMigratedOncePerSeqAcrossNodes(t *testing.T) {
 }
 
 // A slot map showing the moves before maint asks for its reload (go-redis
-// reloaded on a MOVED) makes maint's reload unnecessary: not asked.
+// reloaded on a MOVED) makes maint's reload unnecessary: not asked. A
+// destination with no node client yet has the reload asked at once.
 func TestSMigratedReloadSkippedWhenSlotMapShowsIt(t *testing.T) {
 	f := newClusterFixture(t)
+	// The destination's node client is known (else maint asks for the
+	// reload at once: a reload makes it).
+	rdb := redis.NewClient(&redis.Options{Addr: dstAddr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	f.cs.join(rdb, f.dst)
 	f.cSrc.onNotification(smigrated(25, "0-100"))
 	f.cs.sawSlotMap([]redis.ClusterSlot{
 		{Start: 0, End: 100, Nodes: []redis.ClusterNode{{Addr: dstAddr}}},
@@ -130,6 +136,11 @@ func TestSMigratedReloadSkippedWhenSlotMapShowsIt(t *testing.T) {
 	require.Eventually(t, func() bool { return f.src.ClusterStats().ReloadsSeen == 1 }, testWait, testTick)
 	assert.Zero(t, f.reloads.Load())
 	assert.Zero(t, f.src.ClusterStats().Reloads)
+
+	g := newClusterFixture(t) // no node client known for the destination
+	g.cSrc.onNotification(smigrated(26, "0-100"))
+	require.Eventually(t, func() bool { return g.reloads.Load() == 1 }, reloadDelay/2, time.Millisecond,
+		"the reload is asked at once")
 }
 
 // A slot map that does not show the move yet (a reload begun before the
