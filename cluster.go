@@ -317,23 +317,20 @@ func (cs *clusterState) onSMigrated(m *Maint, c *conn, nt resp.Notification) {
 			delay = 0
 		}
 	}
+	// Pending before the lock is let go: a slot map seen from now on counts.
+	var p *pendingReload
+	if cs.reload != nil {
+		p = &pendingReload{moves: moves}
+		cs.pending = append(cs.pending, p)
+	}
 	cs.mu.Unlock()
 
 	cs.c.smigrated.Add(1)
-	cs.mu.Lock()
-	reload := cs.reload
-	cs.mu.Unlock()
-	if reload != nil {
-		p := &pendingReload{moves: moves}
-		cs.mu.Lock()
-		cs.pending = append(cs.pending, p)
-		cs.mu.Unlock()
-		if !m.goBackground(func() { cs.reloadLater(m, p, delay) }) {
-			cs.dropPending(p)
-		}
+	if p != nil && !m.goBackground(func() { cs.reloadLater(m, p, delay) }) {
+		cs.dropPending(p)
 	}
-	m.emit(Event{Kind: EventRelaxEnd, Node: c.n.key, Seq: nt.Seq, Count: len(moves),
-		Detail: fmt.Sprintf("SMIGRATED acted on: %s; slot map reload in %v unless go-redis reloads first", describeMoves(moves), delay)})
+	m.logf("maint: SMIGRATED %d acted on: %s; slot map reload in %v unless go-redis reloads first",
+		nt.Seq, describeMoves(moves), delay)
 	for _, mb := range emptied {
 		mb.m.retireEmptied(nt.Seq, "SMIGRATED left it with no slot", mb.rdb, maps)
 	}
