@@ -20,18 +20,23 @@ import (
 //
 // An SMIGRATED arrives on many connections of possibly several nodes, each
 // node client with its own Maint: the state acts on the first copy of each
-// sequence id and ignores the others, and a replay (servers replay the
-// latest completion to new connections) that tells nothing the slot map
-// maint last saw does not already show. Acting on one means:
+// sequence id and ignores the others, and ignores a replay (servers replay
+// the latest completion to new connections) that the slot map maint last
+// saw already shows. Acting on one means:
 //
-//   - one reload of the ClusterClient's slot map (lazy, go-redis's own);
+//   - one reload of the ClusterClient's slot map (lazy, go-redis's own),
+//     asked reloadDelay later unless go-redis's own reload showed the moves
+//     first;
 //   - until that reload is seen (a CLUSTER SLOTS reply agreeing with the
-//     moves), or a bound, the source's node client sends the commands of
-//     the moved slots straight to the destination's node client: no MOVED
-//     round trip through the source, and no further reload (a MOVED would
-//     make go-redis reload again);
+//     moves) and a little after, or a bound, the source's node client sends
+//     the commands of the moved slots straight to the destination's node
+//     client: no MOVED round trip through the source, and no further reload
+//     (a MOVED would make go-redis reload again);
 //   - a source left with no slot has its connections retired, as after a
-//     MOVING: idle ones closed at once, busy ones when their reply is in.
+//     MOVING, once the reload is seen and its pools are quiet: idle ones
+//     closed then, busy ones when their reply is in.
+//
+// docs/design.md ("Cluster") says why each step is so.
 type clusterState struct {
 	mu sync.Mutex // guards the following
 	// reload marks the ClusterClient's slot map for reload; nil until the
