@@ -333,3 +333,31 @@ func keyInSlot(slot int) string {
 		}
 	}
 }
+
+// BenchmarkClusterProcessHook is the process hook's own cost on a cluster
+// node client with no slot moved recently (idle) and with an overlay of
+// moved slots in force (a command of a slot that did not move).
+func BenchmarkClusterProcessHook(b *testing.B) {
+	cs := newClusterState(nil)
+	m := New(WithLogf(func(string, ...any) {}))
+	defer m.Close()
+	m.s.cluster = cs
+	h := m.ProcessHook(func(context.Context, redis.Cmder) error { return nil })
+	ctx := context.Background()
+	cmd := redis.NewStringCmd(ctx, "get", "foo") // slot 12182
+	b.Run("idle", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = h(ctx, cmd)
+		}
+	})
+	b.Run("overlay", func(b *testing.B) {
+		mv := merge(nil, []slotMove{{src: "a", dst: "b", r: []slotRange{{0, 100}}}}, "a", monoNow()+int64(time.Hour), monoNow())
+		m.away.Store(mv)
+		defer m.away.Store(nil)
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = h(ctx, cmd)
+		}
+	})
+}
