@@ -64,6 +64,9 @@ func (m *Maint) dialWith(next dialFunc, o dialOpts) dialFunc {
 		}
 		t := m.target(addr)
 		t.next.Store(&next)
+		if cs := m.s.cluster; cs != nil {
+			cs.noteDial(m, addr)
+		}
 
 		dc := &dialCtx{m: m, o: o}
 		ctx = context.WithValue(ctx, dialKey{}, dc)

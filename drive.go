@@ -51,8 +51,13 @@ func (c *conn) onNotification(frame []byte) {
 	switch nt.Kind {
 	case resp.KindMoving:
 		m.onMoving(c, nt)
-	case resp.KindMigrating, resp.KindFailingOver, resp.KindSMigrating:
+	case resp.KindMigrating, resp.KindFailingOver:
 		m.relax(c.n, nt)
+	case resp.KindSMigrating:
+		m.relax(c.n, nt)
+		if m.s.cluster != nil {
+			m.noteMigrating(nt)
+		}
 	case resp.KindMigrated, resp.KindFailedOver:
 		m.relaxEnd(c.n, nt)
 	case resp.KindSMigrated:

@@ -68,6 +68,18 @@ type Maint struct {
 	// hooked is set once go-redis has taken the process hooks (AddHook):
 	// only then can commands be held before they take a connection.
 	hooked atomic.Bool
+
+	// Cluster (cluster.go). away is non-nil while slots this node client's
+	// node has just given away are sent straight to their destination: the
+	// process hooks load it once per command. emptied is when this node,
+	// left with no slot, stops retiring its connections (mono; 0: never
+	// emptied); draining is set while they are being closed.
+	away atomic.Pointer[movedSlots]
+	// migrating is non-nil while an SMIGRATING is open on the node: the
+	// slots it named.
+	migrating atomic.Pointer[migratingSlots]
+	emptied   atomic.Int64
+	draining  atomic.Bool
 }
 
 var _ redis.Hook = (*Maint)(nil)
@@ -113,9 +125,30 @@ func (m *Maint) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 				return err
 			}
 		}
+		if a := m.away.Load(); a != nil {
+			if done, err := m.awayProcess(ctx, a, cmd); done {
+				return err
+			}
+		}
 		err := next(ctx, cmd)
 		if err != nil && errors.Is(err, redis.ErrPoolTimeout) {
 			err = m.poolRetry(ctx, func() error { return next(ctx, cmd) }, err)
+		}
+		if err != nil {
+			if a := m.away.Load(); a != nil {
+				if done, ferr := m.awayMoved(ctx, a, cmd, err); done {
+					err = ferr
+				}
+			} else if mg := m.migrating.Load(); mg != nil {
+				if done, ferr := m.migratingMoved(ctx, mg, cmd, err); done {
+					err = ferr
+				}
+			}
+		}
+		if cs := m.s.cluster; cs != nil && err == nil {
+			if sc, ok := cmd.(*redis.ClusterSlotsCmd); ok {
+				cs.sawSlotMap(sc.Val())
+			}
 		}
 		return err
 	}
@@ -148,6 +181,11 @@ func (m *Maint) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 				for _, cmd := range cmds {
 					cmd.SetErr(err)
 				}
+				return err
+			}
+		}
+		if a := m.away.Load(); a != nil {
+			if done, err := m.awayPipeline(ctx, a, cmds, next); done {
 				return err
 			}
 		}
@@ -318,6 +356,9 @@ func (m *Maint) Close() error {
 	m.stopped.Store(true)
 	m.cancel()
 	m.unclaim()
+	if cs := m.s.cluster; cs != nil {
+		cs.leave(m)
+	}
 	if hs := m.holds.Swap(nil); hs != nil {
 		for _, h := range *hs {
 			h.release()

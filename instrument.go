@@ -165,6 +165,9 @@ func (g *Group) installNode(node *redis.Client, cs *clusterState, ring bool) (in
 	m.s.cluster = cs
 	n := conns(node)
 	node.AddHook(m)
+	if cs != nil {
+		cs.join(node, m)
+	}
 	var live *liveHook
 	if ring {
 		live = &liveHook{}

@@ -147,6 +147,9 @@ func (g *Group) nodeClient(prev func(*redis.Options) *redis.Client, cs *clusterS
 		m.Configure(opt)
 		cli := prev(opt)
 		cli.AddHook(m)
+		if cs != nil {
+			cs.join(cli, m)
+		}
 		var live *liveHook
 		if ring {
 			live = &liveHook{}
@@ -195,8 +198,8 @@ func (g *Group) NewClusterClient(opt *redis.ClusterOptions) *redis.ClusterClient
 
 // bindCluster lets the cluster's node Maints reload cc's slot map.
 func bindCluster(cs *clusterState, cc *redis.ClusterClient) {
-	if cs.reload == nil {
-		cs.reload = func() { cc.ReloadState(context.Background()) } // lazy: marks the slot map for reload
+	if cs.bind(func() { cc.ReloadState(context.Background()) }) { // lazy: marks the slot map for reload
+		cc.AddHook(clusterHook{cs}) // transactions of moved slots (cluster.go)
 	}
 }
 

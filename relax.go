@@ -90,10 +90,12 @@ func (m *Maint) relax(n *node, nt resp.Notification) {
 		Detail: fmt.Sprintf("%v floor %v, cap %v", nt.Kind, m.s.relaxed, m.s.relaxCap)})
 }
 
-// opShards is what matches a start to its completion.
+// opShards is what matches a start to its completion: the shards, or for
+// SMIGRATING and SMIGRATED the slots in one canonical form (an SMIGRATED's
+// moves together).
 func opShards(nt resp.Notification) string {
-	if nt.Kind == resp.KindSMigrating {
-		return ""
+	if nt.Kind == resp.KindSMigrating || nt.Kind == resp.KindSMigrated {
+		return smigratingSlots(nt)
 	}
 	return nt.Shards
 }
@@ -102,10 +104,7 @@ func opShards(nt resp.Notification) string {
 // and once none is open, relaxation ends after the tail.
 func (m *Maint) relaxEnd(n *node, nt resp.Notification) {
 	start := startOf(nt.Kind)
-	shards := ""
-	if nt.Kind != resp.KindSMigrated {
-		shards = nt.Shards
-	}
+	shards := opShards(nt)
 	now := monoNow()
 	n.mu.Lock()
 	at := -1

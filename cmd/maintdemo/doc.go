@@ -54,6 +54,22 @@
 //	blocking        a BLPOP q 0 in flight at a MOVING naming the successor
 //	                (DNS at 40%), plus the steady load; q is pushed to 0.3s
 //	                after the window's end
+//	reshard         a ClusterClient on a 3-endpoint emulated cluster
+//	                (127.0.0.2 to 127.0.0.4): node 0's slots, a third, migrate
+//	                to the two others over one window (SMIGRATING, its replies
+//	                20ms slower, SMIGRATED), then node 0 is removed (it leaves
+//	                the slot map, refuses new connections and closes the rest
+//	                a window later). The load mixes verified INCRs, SET/GET,
+//	                pipelines of INCRs over three slots and MULTI/EXEC of two
+//	                INCRs on a hash tag (one scheduled command each). Four
+//	                clients: no handler, go-redis's built-in with default
+//	                options, with MaintNotificationsConfig set (the only one
+//	                that reloads on SMIGRATED), and maint (maint.Instrument).
+//	                Its table: failed commands, INCRs applied twice or lost,
+//	                MOVED/ASK the nodes served (total, and after the SMIGRATED
+//	                was sent), slot maps served from the SMIGRATING on,
+//	                connections the removed node had to close, p99 before and
+//	                during; JSON under "reshard".
 //
 // The default is null-dns-late, which takes about 25 seconds; all takes about
 // two minutes. --scenario soak runs the soak instead (see below).

@@ -17,6 +17,8 @@ type report struct {
 	// free goroutine (--goroutines in flight).
 	MaintNotStarted int64 `json:"maint_not_started"`
 	MaintRuns       int   `json:"maint_runs"`
+	// Reshard is the reshard scenario's runs (a ClusterClient), when played.
+	Reshard *reshardReport `json:"reshard,omitempty"`
 }
 
 // settingsJSON is the JSON form of the settings.

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -28,6 +29,10 @@ type scenario struct {
 	// span is how long after the event the disturbance lasts: the "during"
 	// latency interval ends there, and the run goes on a little longer.
 	span func(s *settings) time.Duration
+	// alone, when set, plays the scenario its own way (the reshard, on a
+	// ClusterClient) instead of the runs above: it prints its table and
+	// adds to rep itself.
+	alone func(rn *runner, rep *report, stdout io.Writer) error
 }
 
 // shards is the shard list of MIGRATING and MIGRATED (its real content is
@@ -89,6 +94,12 @@ var scenarios = []*scenario{
 				DNSHost: host, DNSLag: s.window * 4 / 10})
 		},
 		span: func(s *settings) time.Duration { return s.window + blockingPushAfter + 500*time.Millisecond },
+	},
+	{
+		name:    "reshard",
+		summary: reshardSummary,
+		span:    reshardSpan,
+		alone:   runReshard,
 	},
 }
 
