@@ -66,6 +66,10 @@ type clusterMember struct {
 	addr string        // the address the ClusterClient names the node by
 	m    *Maint        // the node client's Maint
 	rdb  *redis.Client // the node client; nil when only its dials were seen
+	// goneAt is when the first slot map without the node (as owner or
+	// replica) was seen; 0 while the last map seen names it, or before
+	// any map seen since it joined lacked it. Guarded by the state's mu.
+	goneAt mono
 }
 
 // movedSlots are slots moved recently, and where to.
@@ -629,6 +633,7 @@ func (cs *clusterState) sawSlotMap(slots []redis.ClusterSlot) {
 		}
 	}
 	after := cs.ownersLocked()
+	cs.markGoneLocked(slots, now)
 	var emptied []*clusterMember
 	for _, mb := range cs.members {
 		if after[mb.addr] {
@@ -660,6 +665,43 @@ func (cs *clusterState) sawSlotMap(slots []redis.ClusterSlot) {
 	for _, mb := range emptied {
 		mb.m.retireEmptied(0, "no longer in the slot map", mb.rdb, maps)
 	}
+}
+
+// markGoneLocked notes, for each member, whether the slot map names its
+// node (as an owner or a replica): go-redis's ClusterClient closes the
+// node clients a reloaded map no longer names, a minute later
+// (TestContractClusterNodeGC).
+func (cs *clusterState) markGoneLocked(slots []redis.ClusterSlot, now mono) {
+	named := make(map[string]bool, len(cs.members))
+	for _, s := range slots {
+		for _, n := range s.Nodes {
+			named[cs.canonLocked(n.Addr)] = true
+		}
+	}
+	for _, mb := range cs.members {
+		switch {
+		case named[mb.addr]:
+			mb.goneAt = 0
+		case mb.goneAt == 0:
+			mb.goneAt = now
+		}
+	}
+}
+
+// goneFor is how long the slot maps seen have no longer named m's node: 0
+// while the last one names it, or when m is not a member.
+func (cs *clusterState) goneFor(m *Maint, now mono) time.Duration {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for _, mb := range cs.members {
+		if mb.m == m {
+			if mb.goneAt == 0 {
+				return 0
+			}
+			return time.Duration(now - mb.goneAt)
+		}
+	}
+	return 0
 }
 
 // movedError is the MOVED a node client's hook answers for a slot its node

@@ -169,9 +169,12 @@ func (g *Group) installNode(node *redis.Client, cs *clusterState, ring bool) (in
 		cs.join(node, m)
 	}
 	var live *liveHook
-	if ring {
+	if ring || cs != nil {
 		live = &liveHook{}
 		node.AddHook(live)
+	}
+	if cs != nil {
+		g.startClusterSweeper()
 	}
 	g.fill(node, m, live)
 	return n, true

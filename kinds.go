@@ -54,6 +54,11 @@ type Group struct {
 	// shard's Maint must see no command and hold no connection to be taken
 	// for closed by go-redis.
 	sweepEvery, deadAfter time.Duration
+	// clusterGone is how long a cluster node client's Maint must see no
+	// command, dial or connection while the slot maps no longer name its
+	// node before it is taken for closed: go-redis closes such node clients
+	// a minute after the reload (TestContractClusterNodeGC).
+	clusterGone time.Duration
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -79,6 +84,9 @@ func NewGroup(opts ...Option) *Group {
 		opts:     append([]Option(nil), opts...),
 		byCli:    make(map[*redis.Client]*member),
 		clusters: make(map[*redis.ClusterOptions]*clusterState),
+		// go-redis's node GC runs a minute after a reload; a margin for a
+		// command routed by the old map just before it.
+		clusterGone: time.Minute + 30*time.Second,
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	return g
@@ -151,9 +159,12 @@ func (g *Group) nodeClient(prev func(*redis.Options) *redis.Client, cs *clusterS
 			cs.join(cli, m)
 		}
 		var live *liveHook
-		if ring {
+		if ring || cs != nil {
 			live = &liveHook{}
 			cli.AddHook(live)
+		}
+		if cs != nil {
+			g.startClusterSweeper()
 		}
 		g.add(m, cli, live)
 		return cli
@@ -263,12 +274,12 @@ func claimKind(g *Group, opt any) bool {
 	return false
 }
 
-// liveHook tells the sweeper that a ring shard client is still in the
-// Ring: the Ring's heartbeat pings every shard it holds, up or down, and a
-// down shard's PING dials (or fails at once while its pool waits to dial
-// again). A command or a dial since the last sweep, or a dial in flight
-// (a PING to a down shard may wait in dial retries for seconds), means
-// alive. One atomic load per command once set.
+// liveHook tells the sweeper that a ring shard or cluster node client is
+// still in use: the Ring's heartbeat pings every shard it holds, up or
+// down, and a down shard's PING dials (or fails at once while its pool
+// waits to dial again). A command or a dial since the last sweep, or a dial
+// in flight (a PING to a down shard may wait in dial retries for seconds),
+// means alive. One atomic load per command once set.
 type liveHook struct {
 	seen    atomic.Bool
 	dialing atomic.Int64
@@ -327,14 +338,27 @@ func (g *Group) startSweeper(hb, dial, read time.Duration) {
 	// A closed shard sees no heartbeat; a live one sees one every hb, but a
 	// heartbeat round waits for every shard's PING in turn.
 	dead := 10*hb + dial + read
-	every := hb
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.closed {
-		return
-	}
 	if dead > g.deadAfter {
 		g.deadAfter = dead
+	}
+	g.sweepLocked(hb)
+}
+
+// startClusterSweeper starts the sweeper for cluster node clients: their
+// Maints are forgotten once go-redis has closed them (see sweep).
+func (g *Group) startClusterSweeper() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.sweepLocked(min(5*time.Second, g.clusterGone/4))
+}
+
+// sweepLocked makes the sweeper run at least every period, starting it
+// unless it runs or the group is closed. g.mu is held.
+func (g *Group) sweepLocked(every time.Duration) {
+	if g.closed {
+		return
 	}
 	if g.sweepEvery == 0 || every < g.sweepEvery {
 		g.sweepEvery = every
@@ -364,8 +388,9 @@ func (g *Group) startSweeper(hb, dial, read time.Duration) {
 
 // sweep closes and forgets the Maints of ring shards that ran no command
 // (not even the heartbeat's PING) and held no connection for deadAfter,
-// and installs Maints on the shards of instrumented Rings that are up and
-// have none.
+// and of cluster node clients quiet for clusterGone whose node the slot
+// maps have no longer named for as long; it installs Maints on the shards
+// of instrumented Rings that are up and have none.
 func (g *Group) sweep(now time.Time) {
 	g.mu.Lock()
 	rings := append([]*redis.Ring(nil), g.watched...)
@@ -375,11 +400,12 @@ func (g *Group) sweep(now time.Time) {
 			check = append(check, mb)
 		}
 	}
-	dead := g.deadAfter
+	dead, gone := g.deadAfter, g.clusterGone
 	g.mu.Unlock()
 	for _, r := range rings {
 		g.coverRing(r, false)
 	}
+	mnow := monoNow()
 	for _, mb := range check {
 		if mb.live.seen.Swap(false) || mb.live.dialing.Load() > 0 || mb.m.openConns() > 0 {
 			mb.quiet = time.Time{} // only the sweeper touches quiet
@@ -387,6 +413,15 @@ func (g *Group) sweep(now time.Time) {
 		}
 		if mb.quiet.IsZero() {
 			mb.quiet = now
+			continue
+		}
+		if cs := mb.m.s.cluster; cs != nil {
+			// A cluster node client: go-redis closes it once reloaded slot
+			// maps no longer name its node. Quiet alone is no sign: a node
+			// that owns slots nobody uses now is quiet too.
+			if now.Sub(mb.quiet) >= gone && cs.goneFor(mb.m, mnow) >= gone {
+				g.forget(mb)
+			}
 			continue
 		}
 		if now.Sub(mb.quiet) >= dead {
