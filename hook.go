@@ -319,10 +319,12 @@ func (m *Maint) heldDone(h *hold, start time.Time, why string) {
 
 // Configure prepares options for a new client: it turns go-redis's built-in
 // maintnotifications handler off, routes dials through the Maint (so the
-// Maint sees every connection even before AddHook), and chains an OnConnect
-// that sends the opt-in handshake, after any OnConnect the options had. An
-// endpoint that answers the handshake with an error is remembered: the next
-// connections skip it, at the cost of one round trip and one log line in all.
+// Maint sees every connection even before AddHook), and opts each
+// connection in with the handshake written behind go-redis's HELLO, in the
+// same flight (HandshakeRequired also checks the answer in an OnConnect
+// chained after any the options had). An endpoint that refuses the
+// handshake for lack of support is remembered for HandshakeRetry: the next
+// connections skip it, at the cost of one handshake and one log line.
 //
 // Add the Maint as a hook as well (rdb.AddHook(m), or use NewClient) so that
 // commands can wait for a replacement without taking a pool turn.
