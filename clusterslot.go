@@ -4,48 +4,15 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+
+	"github.com/maintkit/maint/internal/slot"
 )
 
 // numSlots is the number of hash slots of a Redis cluster.
-const numSlots = 16384
+const numSlots = slot.N
 
-// crcTable is the CRC16 (XMODEM: polynomial 0x1021, initial value 0) of every
-// byte value, as Redis Cluster hashes keys.
-var crcTable = func() (t [256]uint16) {
-	for i := range t {
-		crc := uint16(i) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-		t[i] = crc
-	}
-	return t
-}()
-
-// crc16 returns the CRC16/XMODEM of s.
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc = crc<<8 ^ crcTable[byte(crc>>8)^s[i]]
-	}
-	return crc
-}
-
-// keySlot returns the hash slot of key: the CRC16 of its hash tag (the
-// bytes between the first '{' and the next '}', when not empty) or of the
-// whole key, modulo 16384.
-func keySlot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	return int(crc16(key) % numSlots)
-}
+// keySlot returns the hash slot of key (hash tags included).
+func keySlot(key string) int { return slot.Of(key) }
 
 // cmdSlot returns the hash slot of a command's first key, or -1 when the
 // command has no key maint can find without the server's command table (it

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/maintkit/maint"
+	"github.com/maintkit/maint/mainttest"
 )
 
 // The real cluster tier: redis-server masters in cluster mode
@@ -138,7 +139,7 @@ func openRealCluster(t *testing.T, addrs []string) *realCluster {
 	for _, k := range []string{"a", "{user1000}.following", "foo{}{bar}", "{}x", "123456789"} {
 		want, err := rc.admin[rc.a].ClusterKeySlot(ctx, k).Result()
 		require.NoError(t, err)
-		require.Equal(t, int(want), rcKeySlot(k), "slot of %q", k)
+		require.Equal(t, int(want), mainttest.KeySlot(k), "slot of %q", k)
 	}
 	return rc
 }
@@ -333,7 +334,7 @@ func (rc *realCluster) reshardUnderLoad(t *testing.T, name string,
 	var controls []string
 	for i := 0; len(tagOf) < rcSlots || len(controls) < rcControls; i++ {
 		tag := prefix + strconv.Itoa(i)
-		s := rcKeySlot(tag)
+		s := mainttest.KeySlot(tag)
 		if moving[s] {
 			if _, ok := tagOf[s]; !ok {
 				tagOf[s] = tag
@@ -588,26 +589,4 @@ func rcWait(t *testing.T, what string, d time.Duration, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-// rcKeySlot is the cluster's hash slot of a key: CRC16 (XMODEM) of its hash
-// tag, or of the whole key without one, modulo 16384.
-func rcKeySlot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for b := 0; b < 8; b++ {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc) % 16384
 }

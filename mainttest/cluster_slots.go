@@ -6,10 +6,12 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/maintkit/maint/internal/slot"
 )
 
 // NumSlots is the number of hash slots of a Redis cluster.
-const NumSlots = 16384
+const NumSlots = slot.N
 
 // SlotRange is an inclusive range of hash slots, Start <= End < NumSlots.
 type SlotRange struct {
@@ -108,42 +110,4 @@ func FormatSlots(rs []SlotRange) string {
 // (XMODEM) of the key, or of its hash tag, modulo 16384. The hash tag is
 // what lies between the first '{' and the first '}' after it, when that is
 // not empty: "{user1}.name" and "{user1}.mail" share a slot.
-func KeySlot[K ~string | ~[]byte](key K) int {
-	s := 0
-	for ; s < len(key); s++ {
-		if key[s] == '{' {
-			break
-		}
-	}
-	if s < len(key) {
-		for e := s + 1; e < len(key); e++ {
-			if key[e] == '}' {
-				if e > s+1 {
-					key = key[s+1 : e]
-				}
-				break
-			}
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc = crc<<8 ^ crc16Table[byte(crc>>8)^key[i]]
-	}
-	return int(crc) & (NumSlots - 1)
-}
-
-// crc16Table is the CRC16-CCITT (XMODEM, polynomial 0x1021) lookup table.
-var crc16Table = func() (t [256]uint16) {
-	for i := range t {
-		c := uint16(i) << 8
-		for range 8 {
-			if c&0x8000 != 0 {
-				c = c<<1 ^ 0x1021
-			} else {
-				c <<= 1
-			}
-		}
-		t[i] = c
-	}
-	return t
-}()
+func KeySlot[K ~string | ~[]byte](key K) int { return slot.Of(key) }
