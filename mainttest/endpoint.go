@@ -138,27 +138,37 @@ type Moving struct {
 	DNSLag  time.Duration
 }
 
+// listenLocked listens on addr, which must be a loopback "ip:port", for an
+// endpoint or a sentinel (what, in errors), unless the Emulator is closed.
+// e.mu is held.
+func (e *Emulator) listenLocked(what, addr string) (net.Listener, *net.TCPAddr, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("mainttest: %s address %q: %w", what, addr, err)
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return nil, nil, fmt.Errorf("mainttest: %s address %q: not a loopback IP", what, addr)
+	}
+	if e.closed {
+		return nil, nil, ErrClosed
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("mainttest: listen %s: %w", addr, err)
+	}
+	return ln, ln.Addr().(*net.TCPAddr), nil
+}
+
 // AddEndpoint starts an endpoint listening on addr, a loopback "ip:port"
 // such as "127.0.0.2:0" (any port) or "127.0.0.3:41000". On Linux all of
 // 127.0.0.0/8 is loopback, so two endpoints can differ by IP, port or both.
 func (e *Emulator) AddEndpoint(addr string) (*Endpoint, error) {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, fmt.Errorf("mainttest: endpoint address %q: %w", addr, err)
-	}
-	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-		return nil, fmt.Errorf("mainttest: endpoint address %q: not a loopback IP", addr)
-	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.closed {
-		return nil, ErrClosed
-	}
-	ln, err := net.Listen("tcp", addr)
+	ln, bound, err := e.listenLocked("endpoint", addr)
 	if err != nil {
-		return nil, fmt.Errorf("mainttest: listen %s: %w", addr, err)
+		return nil, err
 	}
-	bound := ln.Addr().(*net.TCPAddr)
 	ep := &Endpoint{
 		e:          e,
 		addr:       bound.String(),

@@ -152,23 +152,12 @@ func (s *Sentinel) AddPeer(addr string) (*Sentinel, error) {
 
 func (d *discovery) addMember(addr string) (*Sentinel, error) {
 	e := d.e
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, fmt.Errorf("mainttest: sentinel address %q: %w", addr, err)
-	}
-	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-		return nil, fmt.Errorf("mainttest: sentinel address %q: not a loopback IP", addr)
-	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.closed {
-		return nil, ErrClosed
-	}
-	ln, err := net.Listen("tcp", addr)
+	ln, bound, err := e.listenLocked("sentinel", addr)
 	if err != nil {
-		return nil, fmt.Errorf("mainttest: listen %s: %w", addr, err)
+		return nil, err
 	}
-	bound := ln.Addr().(*net.TCPAddr)
 	s := &Sentinel{
 		e:     e,
 		d:     d,
