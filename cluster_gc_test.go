@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -93,4 +94,41 @@ func TestContractClusterNodeGC(t *testing.T) {
 		"the node GC a minute after a slot map is loaded")
 	assert.Regexp(t, regexp.MustCompile(`(?s)func \(c \*clusterNodes\) GC\(generation uint32\) \{.*?delete\(c\.nodes, addr\).*?node\.Client\.Close\(\)`), src,
 		"the GC closes the node clients of older generations")
+}
+
+// Issue 9, the options route: every node client's Maint is in place before
+// its first dial, so the MinIdleConns connections go-redis dials for each
+// node as the client starts are watched (and opted in) like the others.
+func TestClusterOptionsRouteWatchesMinIdleConns(t *testing.T) {
+	emu, err := mainttest.New(mainttest.Config{Logf: t.Logf})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = emu.Close() })
+	cl, err := emu.NewCluster(mainttest.ClusterConfig{})
+	require.NoError(t, err)
+	g := maint.NewGroup(maint.WithLogf(t.Logf))
+	t.Cleanup(func() { _ = g.Close() })
+	cc := g.NewClusterClient(&redis.ClusterOptions{
+		Addrs: cl.Addrs(), Dialer: emu.Dialer(), Protocol: 3, PoolSize: 2, MinIdleConns: 2,
+	})
+	t.Cleanup(func() { _ = cc.Close() })
+	ctx := context.Background()
+	require.NoError(t, cc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() }))
+	for _, ep := range cl.Nodes() {
+		waitFor(t, "MinIdleConns dialled on "+ep.Addr(), 10*time.Second, func() bool { return ep.Stats().Opened >= 2 })
+	}
+	var mu sync.Mutex
+	var nodes []*redis.Client
+	require.NoError(t, cc.ForEachShard(ctx, func(_ context.Context, c *redis.Client) error {
+		mu.Lock()
+		nodes = append(nodes, c)
+		mu.Unlock()
+		return nil
+	}))
+	for _, c := range nodes {
+		useConns(t, c, 2)
+	}
+	for _, ep := range cl.Nodes() {
+		allOptedIn(t, ep, 2)
+	}
+	assert.Len(t, g.Maints(), 3, "one Maint per node client")
 }
