@@ -72,7 +72,9 @@
 //	                SMIGRATED), and maint (maint.Instrument). A client that
 //	                times a slow write out retries it (a ClusterClient does up
 //	                to MaxRedirects times, whatever MaxRetries says): the write
-//	                runs twice. Its table: failed commands, INCRs applied
+//	                runs twice; with a longer window (--window 6s) the
+//	                slowness outlasts its attempts and it fails commands too.
+//	                Its table: failed commands, INCRs applied
 //	                twice or lost, MOVED/ASK the nodes served (total, and
 //	                after the SMIGRATED was sent), slot maps served from the
 //	                SMIGRATING on, connections the removed node had to close,
