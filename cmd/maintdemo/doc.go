@@ -57,19 +57,30 @@
 //	reshard         a ClusterClient on a 3-endpoint emulated cluster
 //	                (127.0.0.2 to 127.0.0.4): node 0's slots, a third, migrate
 //	                to the two others over one window (SMIGRATING, its replies
-//	                20ms slower, SMIGRATED), then node 0 is removed (it leaves
+//	                2ms slower, SMIGRATED), then node 0 is removed (it leaves
 //	                the slot map, refuses new connections and closes the rest
-//	                a window later). The load mixes verified INCRs, SET/GET,
-//	                pipelines of INCRs over three slots and MULTI/EXEC of two
-//	                INCRs on a hash tag (one scheduled command each). Four
-//	                clients: no handler, go-redis's built-in with default
-//	                options, with MaintNotificationsConfig set (the only one
-//	                that reloads on SMIGRATED), and maint (maint.Instrument).
-//	                Its table: failed commands, INCRs applied twice or lost,
-//	                MOVED/ASK the nodes served (total, and after the SMIGRATED
-//	                was sent), slot maps served from the SMIGRATING on,
-//	                connections the removed node had to close, p99 before and
-//	                during; JSON under "reshard".
+//	                a window later, at least 2s). From 0.2s after the
+//	                SMIGRATING to the SMIGRATED, node 0 answers one kind of
+//	                write, a verified INCRBY on a key it owns, ReadTimeout +
+//	                0.5s late, after running it; these are few (a quarter of
+//	                the pool busy with them), the rest of the load is not
+//	                slowed. The load mixes verified INCRs, SET/GET, pipelines
+//	                of INCRs over three slots and MULTI/EXEC of two INCRs on a
+//	                hash tag (one scheduled command each). Four clients: no
+//	                handler, go-redis's built-in with default options, with
+//	                MaintNotificationsConfig set (the only one that reloads on
+//	                SMIGRATED), and maint (maint.Instrument). A client that
+//	                times a slow write out retries it (a ClusterClient does up
+//	                to MaxRedirects times, whatever MaxRetries says): the write
+//	                runs twice; with a longer window (--window 6s) the
+//	                slowness outlasts its attempts and it fails commands too.
+//	                Its table: failed commands, INCRs applied
+//	                twice or lost, MOVED/ASK the nodes served (total, and
+//	                after the SMIGRATED was sent), slot maps served from the
+//	                SMIGRATING on, connections the removed node had to close,
+//	                p99 before and during, slow writes sent; JSON under
+//	                "reshard". --check also fails on a write maint ran twice
+//	                or lost there.
 //
 // The default is null-dns-late, which takes about 25 seconds; all takes about
 // two minutes. --scenario soak runs the soak instead (see below).

@@ -84,7 +84,7 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 	fs.StringVar(&s.redis, "redis", "", "address of a Redis server to use as the backend (default: an embedded miniredis)")
 	fs.StringVar(&s.maintRoute, "maint-route", routeAddHook, "how maint is installed: addhook (rdb.AddHook(maint.New()) on a default client) or configure (m.NewClient(opt))")
 	fs.BoolVar(&s.json, "json", false, "print one JSON object instead of the tables")
-	fs.BoolVar(&s.check, "check", false, "exit with status 1 if maint failed any command (soak: or lost, duplicated or mixed up a write)")
+	fs.BoolVar(&s.check, "check", false, "exit with status 1 if maint failed any command (soak: or lost, duplicated or mixed up a write; reshard: or ran a write twice or lost one)")
 	fs.BoolVar(&s.verbose, "verbose", false, "log go-redis, maint and emulator events to stderr")
 	fs.BoolVar(&s.metrics, "metrics", false, "print the metrics each maint client recorded during its run, under maintotel's names, and each handoff's report (to stderr with --json; not with the soak)")
 	fs.StringVar(&s.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (to see what delays the load generator)")
@@ -253,6 +253,10 @@ func run(args []string, stdout io.Writer, stderr *os.File) int {
 				}
 			}
 		}
+		return 1
+	}
+	if s.check && rep.Reshard != nil && rep.Reshard.MaintWritesWrong > 0 {
+		fmt.Fprintf(stderr, "maintdemo: check failed: in the reshard maint ran twice or lost %d writes\n", rep.Reshard.MaintWritesWrong)
 		return 1
 	}
 	return 0

@@ -85,6 +85,10 @@ func printHeader(w io.Writer, s *settings) {
 	rep := newReport(s)
 	fmt.Fprintf(w, "maintdemo: %s open loop (at most %d in flight), pool %d, ReadTimeout %v, window %v; backend %s; go-redis %s\n",
 		rateText(s.rate), s.goroutines, s.pool, s.readTimeout, s.window, rep.Settings.Backend, rep.Settings.GoRedis)
+	if reshardOnly(s) {
+		fmt.Fprintln(w, reshardCluster(s))
+		return
+	}
 	fmt.Fprintf(w, "Each client runs alone against a fresh emulated database (old node 127.0.0.2, new node 127.0.0.3,\n"+
 		"host %q in the emulator's DNS), once with MaxRetries -1 and once with go-redis's default (3).\n", host)
 }

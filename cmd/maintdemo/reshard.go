@@ -6,6 +6,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -24,6 +25,19 @@ import (
 // reloads on SMIGRATED), go-redis's built-in with MaintNotificationsConfig
 // set (it reloads on every SMIGRATED it reads), and maint (Instrument, or
 // with --maint-route configure Group.NewClusterClient).
+//
+// While its slots migrate, the source is slow: every reply a little
+// (reshardLatency), and the replies to one kind of write, the verified
+// INCRBYs to a key it owns, past ReadTimeout (reshardSlowFor). Those
+// replies come after the write ran, as from a server busy migrating: a
+// client whose timeout is not relaxed on that connection gives up on a
+// write that happened; with MaxRetries -1 it fails, with retries it runs
+// it again (and again, while the source stays slow). maint relaxes every
+// connection to the node from the SMIGRATING to the SMIGRATED; go-redis's
+// built-in only the connection that read the SMIGRATING. The slow writes
+// are few (reshardSlowRate), so that even held past ReadTimeout they take
+// a fraction of the source's pool and a client that waits for them is
+// never short of connections.
 
 // reshardClient is one of the clients the reshard compares.
 type reshardClient struct {
@@ -41,16 +55,60 @@ var reshardClients = []reshardClient{
 
 const (
 	// reshardLatency slows the source's replies while its slots migrate.
-	reshardLatency = 20 * time.Millisecond
+	reshardLatency = 2 * time.Millisecond
+	// reshardSlowLead is how long after the SMIGRATING the source starts
+	// answering the slow writes slowly: time for a client to read it.
+	reshardSlowLead = 200 * time.Millisecond
+	// reshardSlowCmd is the command whose replies the source slows past
+	// ReadTimeout during the migration: only the scenario's slow writes
+	// use it.
+	reshardSlowCmd = "INCRBY"
 	// reshardSlots is what moves: node 0's slots, half to each other node.
 	reshardSlotsA, reshardSlotsB = "0-2730", "2731-5460"
 	// reshardPrefix prefixes the scenario's keys.
 	reshardPrefix = "rs:"
 )
 
+// reshardSlowFor is how late the source answers a slow write: half a
+// ReadTimeout past it.
+func reshardSlowFor(s *settings) time.Duration { return s.readTimeout + s.readTimeout/2 }
+
+// reshardSlowRate is how many slow writes the load sends per second: as
+// many as keep a quarter of the pool busy while each waits for its reply.
+func reshardSlowRate(s *settings) float64 {
+	return max(1, float64(s.pool)/4/reshardSlowFor(s).Seconds())
+}
+
+// reshardSlowEvery is one scheduled command in how many that is a slow
+// write.
+func reshardSlowEvery(s *settings) int64 {
+	return max(1, int64(float64(s.rate)/reshardSlowRate(s)+0.5))
+}
+
+// reshardSlowKey is the slow writes' hash tag: one slot of node 0's, which
+// migrates.
+var reshardSlowKey = func() string {
+	for i := 0; ; i++ {
+		tag := "{rs:w" + strconv.Itoa(i) + "}"
+		if sl := mainttest.KeySlot(tag); sl <= 5460 {
+			return tag
+		}
+	}
+}()
+
+// reshardCloseAfter is how long the removed node keeps its connections
+// open: a window, and at least until the last slow reply is owed (the
+// slowing stops at the SMIGRATED, right before the removal), so that the
+// close cuts no reply the scenario delayed on purpose.
+func reshardCloseAfter(s *settings) time.Duration {
+	return max(s.window, reshardSlowFor(s)+500*time.Millisecond)
+}
+
 // reshardSpan is how long the disturbance lasts: the migration (one
-// window), then the removed node's close (another window).
-func reshardSpan(s *settings) time.Duration { return 2*s.window + 500*time.Millisecond }
+// window), then the removed node's close.
+func reshardSpan(s *settings) time.Duration {
+	return s.window + reshardCloseAfter(s) + 500*time.Millisecond
+}
 
 // reshardRun is what one client did in the reshard.
 type reshardRun struct {
@@ -60,8 +118,11 @@ type reshardRun struct {
 	Failed     int64  `json:"failed"`
 	NotStarted int64  `json:"not_started"`
 	Unfinished int64  `json:"unfinished"`
-	// Duplicated counts INCRs applied more often than sent (a write run
-	// twice); Lost, acknowledged INCRs missing.
+	// Slow counts the slow writes sent while the source answered them past
+	// ReadTimeout.
+	Slow int64 `json:"slow_writes"`
+	// Duplicated counts INCRs and INCRBYs applied more often than sent (a
+	// write run twice); Lost, acknowledged ones missing.
 	Duplicated int64 `json:"duplicated"`
 	Lost       int64 `json:"lost"`
 	// Redirects counts the MOVED and ASK the nodes served (each one
@@ -87,6 +148,24 @@ type reshardRun struct {
 type reshardReport struct {
 	Summary string        `json:"summary"`
 	Runs    []*reshardRun `json:"runs"`
+	// MaintWritesWrong counts maint's writes run twice and acknowledged
+	// writes lost, over its runs (--check fails on any).
+	MaintWritesWrong int64 `json:"maint_writes_wrong"`
+}
+
+// reshardOnly reports whether the reshard is the only scenario of the run.
+func reshardOnly(s *settings) bool {
+	return len(s.scenarios) == 1 && s.scenarios[0].name == "reshard"
+}
+
+// reshardCluster describes the cluster the reshard runs against, for the
+// header of a reshard-only run.
+func reshardCluster(s *settings) string {
+	return fmt.Sprintf("Each client runs alone against a fresh emulated OSS Cluster API (ClusterClient): nodes 127.0.0.2,\n"+
+		"127.0.0.3 and 127.0.0.4 own slots 0-5460, 5461-10922 and 10923-16383; 127.0.0.2's slots migrate to\n"+
+		"the other two over %v, its verified INCRBYs answered %v late after they ran (%.1f/s sent), then it\n"+
+		"is removed (its connections closed %v later). Once with MaxRetries -1 and once with go-redis's default (3).",
+		s.window, reshardSlowFor(s), reshardSlowRate(s), reshardCloseAfter(s))
 }
 
 // reshardState is one load slot's verification state: the INCRs each of
@@ -118,6 +197,7 @@ func runReshard(rn *runner, rep *report, stdout io.Writer) error {
 				rep.MaintFailed += r.Failed
 				rep.MaintNotStarted += r.NotStarted
 				rep.MaintRuns++
+				rr.MaintWritesWrong += r.Duplicated + r.Lost
 			}
 		}
 	}
@@ -146,6 +226,8 @@ func (rn *runner) reshard(c reshardClient, maxRetries int) (*reshardRun, error) 
 	}
 	nodes := cl.Nodes()
 	src := nodes[0]
+	// The source's slow replies come after the command ran.
+	src.SetLatencyAfterExecution(true)
 	opt := &redis.ClusterOptions{
 		Addrs:        cl.Addrs(),
 		Dialer:       emu.Dialer(),
@@ -198,9 +280,11 @@ func (rn *runner) reshard(c reshardClient, maxRetries int) (*reshardRun, error) 
 		length = s.duration
 	}
 	end := start.Add(length)
-	l := startLoad(reshardOp(cc), s.rate, s.goroutines, start, end,
+	var slowing atomic.Bool
+	var slow atomic.Int64
+	l := startLoad(reshardOp(cc, reshardSlowEvery(s), &slowing, &slow), s.rate, s.goroutines, start, end,
 		func(int) any { return &reshardState{acked: map[string]int64{}, unknown: map[string]int64{}} })
-	label := fmt.Sprintf("reshard %s MaxRetries %d", c.name, maxRetries)
+	label := fmt.Sprintf("reshard %-14s MaxRetries %2s", c.name, retriesLabel(maxRetries))
 	stopProg := rn.prog.start(label, start, length, l)
 
 	time.Sleep(time.Until(start.Add(s.before)))
@@ -211,15 +295,22 @@ func (rn *runner) reshard(c reshardClient, maxRetries int) (*reshardRun, error) 
 		Duration:     s.window,
 		Latency:      reshardLatency,
 		RemoveSource: true,
-		CloseAfter:   s.window,
+		CloseAfter:   reshardCloseAfter(s),
 	}); err != nil {
 		l.stop(0)
 		stopProg()
 		return nil, err
 	}
+	// A moment after the SMIGRATING, the source answers the slow writes
+	// past ReadTimeout, until the SMIGRATED.
+	time.Sleep(reshardSlowLead)
+	src.SetCommandLatency(reshardSlowCmd, reshardSlowFor(s))
+	slowing.Store(true)
 	wctx, cancel := context.WithTimeout(ctx, s.window+10*time.Second)
 	_, err = emu.WaitEvent(wctx, mainttest.IsKind(src, mainttest.KindSMigrated))
 	cancel()
+	src.SetCommandLatency(reshardSlowCmd, 0)
+	slowing.Store(false)
 	if err != nil {
 		l.stop(0)
 		stopProg()
@@ -229,12 +320,9 @@ func (rn *runner) reshard(c reshardClient, maxRetries int) (*reshardRun, error) 
 	l.wait(endGrace)
 	stopProg()
 
-	r := &reshardRun{Client: c.name, MaxRetries: maxRetries, client: c,
+	r := &reshardRun{Client: c.name, MaxRetries: effectiveRetries(maxRetries), client: c, Slow: slow.Load(),
 		OK: l.ok.Load(), Failed: l.failed.Load(), NotStarted: l.notStarted.Load(), Unfinished: l.unfinished.Load(),
 		Errors: l.errors(), Before: l.latency(0, s.before), During: l.latency(s.before, s.before+reshardSpan(s))}
-	if r.MaxRetries == 0 {
-		r.MaxRetries = 3 // go-redis's default
-	}
 	r.Redirects = reshardRedirects(nodes)
 	r.RedirectsAfter = r.Redirects - redirectsAt
 	r.SlotMaps = reshardSlotMaps(nodes) - slotMapsBefore
@@ -273,8 +361,12 @@ func (rn *runner) reshard(c reshardClient, maxRetries int) (*reshardRun, error) 
 // reshardOp is the scenario's load: on each slot's own keys, in turn,
 // INCR (verified), SET then GET, a pipeline of INCRs over several slots,
 // and a MULTI/EXEC of two INCRs on one hash tag. One scheduled command is
-// one of these; a pipeline or a transaction fails as one.
-func reshardOp(cc *redis.ClusterClient) op {
+// one of these; a pipeline or a transaction fails as one. Every
+// slowEvery-th scheduled command is instead a slow write: INCRBY 1
+// (verified) on a key of the migrating slot reshardSlowKey, counted in
+// slow while slowing is set.
+func reshardOp(cc *redis.ClusterClient, slowEvery int64, slowing *atomic.Bool, slow *atomic.Int64) op {
+	var n atomic.Int64
 	return func(ctx context.Context, s *slot) error {
 		st := s.state.(*reshardState)
 		base := reshardPrefix + strconv.Itoa(s.id)
@@ -285,6 +377,13 @@ func reshardOp(cc *redis.ClusterClient) op {
 			}
 			st.acked[key]++
 			return nil
+		}
+		if n.Add(1)%slowEvery == 0 {
+			if slowing.Load() {
+				slow.Add(1)
+			}
+			key := reshardPrefix + reshardSlowKey + ":" + strconv.Itoa(s.id)
+			return settle(key, cc.IncrBy(ctx, key, 1).Err())
 		}
 		switch s.n % 5 {
 		case 0, 1:
@@ -390,7 +489,7 @@ func printReshard(w io.Writer, rr *reshardReport) {
 		return func(r *reshardRun) string { return strconv.FormatInt(f(r), 10) }
 	}
 	pair("failed commands", i64(func(r *reshardRun) int64 { return r.Failed }))
-	pair("writes run twice (INCR)", i64(func(r *reshardRun) int64 { return r.Duplicated }))
+	pair("writes run twice (INCR, INCRBY)", i64(func(r *reshardRun) int64 { return r.Duplicated }))
 	pair("acknowledged writes lost", i64(func(r *reshardRun) int64 { return r.Lost }))
 	pair("MOVED/ASK served by the nodes", i64(func(r *reshardRun) int64 { return r.Redirects }))
 	pair("  after the SMIGRATED was sent", i64(func(r *reshardRun) int64 { return r.RedirectsAfter }))
@@ -398,8 +497,10 @@ func printReshard(w io.Writer, rr *reshardReport) {
 	pair("conns the removed node closed", func(r *reshardRun) string { return strconv.Itoa(r.RemovedClosed) })
 	pair("p99 before, ms", func(r *reshardRun) string { return fmtMs(r.Before.P99) })
 	pair("p99 during, ms", func(r *reshardRun) string { return fmtMs(r.During.P99) })
+	pair("slow writes sent (INCRBY)", i64(func(r *reshardRun) int64 { return r.Slow }))
 	pair("not started", i64(func(r *reshardRun) int64 { return r.NotStarted }))
 	t.write(w)
+	fmt.Fprintf(w, "(a ClusterClient retries a timed-out command up to MaxRedirects times whatever MaxRetries says)\n")
 	var errs []string
 	for _, c := range cols {
 		for _, r := range []*reshardRun{c.noRetry, c.d} {
