@@ -27,16 +27,19 @@ func configure(m *Maint, opt *redis.Options) {
 	}
 	tlsOn := opt.TLSConfig != nil
 	resp2 := opt.Protocol == 2
-	// Auto: maint opts each connection in on the wire, behind go-redis's
-	// HELLO (handshake.go). Required: in OnConnect, where a refusal fails the
-	// connection.
-	opt.Dialer = m.dialWith(base, dialOpts{tls: tlsOn, inject: m.s.handshake == HandshakeAuto && !resp2})
+	// The opt-in goes on the wire, behind go-redis's HELLO (handshake.go),
+	// in both Auto and Required: never as a command, which the
+	// application's hooks and Limiter would see (go-redis issue #3853).
+	// Required adds a check in OnConnect, where a refusal fails the
+	// connection before the application's command is written.
+	opt.Dialer = m.dialWith(base, dialOpts{tls: tlsOn, inject: m.s.handshake != HandshakeOff && !resp2})
 
 	prev := opt.OnConnect
 	required := m.s.handshake == HandshakeRequired && !resp2
+	addr := opt.Addr
 	opt.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
 		if required {
-			if err := m.handshakeRequired(ctx, cn, opt.Addr, tlsOn); err != nil {
+			if err := m.requireOptIn(ctx, cn, addr); err != nil {
 				return err
 			}
 		}
@@ -47,22 +50,33 @@ func configure(m *Maint, opt *redis.Options) {
 	}
 }
 
-// handshakeRequired opts the connection in through go-redis, so that a
-// refusal fails the connection (HandshakeRequired).
-func (m *Maint) handshakeRequired(ctx context.Context, cn *redis.Conn, addr string, tlsOn bool) error {
+// requireOptIn fails a new connection whose endpoint refused the opt-in
+// (HandshakeRequired). The opt-in went on the wire behind HELLO; its answer
+// is known here when go-redis has read past it (its CLIENT SETINFO
+// pipeline, unless DisableIdentity); otherwise one PING reads past it. The
+// endpoint is the address the target's last dial reached.
+func (m *Maint) requireOptIn(ctx context.Context, cn *redis.Conn, addr string) error {
 	remote := ""
 	if p := m.target(addr).lastRemote.Load(); p != nil {
 		remote = *p
 	}
-	err := cn.Do(ctx, "CLIENT", "MAINT_NOTIFICATIONS", "ON", "moving-endpoint-type", m.endpointType(remote, tlsOn)).Err()
-	if err == nil {
+	if remote == "" {
 		return nil
 	}
-	var rerr redis.Error
-	if !errors.As(err, &rerr) {
-		return err // the connection failed: go-redis discards it
+	known, msg := m.refusal(remote)
+	if !known {
+		if err := cn.Ping(ctx).Err(); err != nil {
+			var rerr redis.Error
+			if !errors.As(err, &rerr) {
+				return err // the connection failed: go-redis discards it
+			}
+		}
+		_, msg = m.refusal(remote)
 	}
-	return fmt.Errorf("maint: %s refused the maintenance notifications handshake: %w", addr, err)
+	if msg != "" {
+		return fmt.Errorf("maint: %s refused the maintenance notifications handshake: %s", remote, msg)
+	}
+	return nil
 }
 
 // endpointType resolves the moving-endpoint-type the way the peers do: an

@@ -137,3 +137,94 @@ func ExampleWithOnEvent() {
 	// handoff
 	// retire
 }
+
+// A Ring through the options route: every shard client gets its own Maint
+// before its first connection, shards added later by SetAddrs too.
+func ExampleGroup_NewRing() {
+	emu, a, b := twoNodes()
+	defer emu.Close()
+
+	g := maint.NewGroup()
+	defer g.Close() // runs after rdb.Close: close the client first
+	rdb := g.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr(), "b": b.Addr()}})
+	defer rdb.Close()
+
+	ctx := context.Background()
+	_ = rdb.Set(ctx, "greeting", "hello", 0).Err()
+	fmt.Println(rdb.Get(ctx, "greeting").Val(), len(g.Maints()))
+	// Output: hello 2
+}
+
+// A ClusterClient through the options route: one Maint per node client,
+// installed through ClusterOptions.NewClient before the node's first
+// connection. Nothing is dialled until the first command.
+func ExampleGroup_NewClusterClient() {
+	g := maint.NewGroup()
+	defer g.Close()
+	rdb := g.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:7000", "127.0.0.1:7001"}})
+	defer rdb.Close()
+	fmt.Println(len(g.Maints())) // node clients are made with the slot map, at the first command
+	// Output: 0
+}
+
+// A failover client (Redis Sentinel, or Redis Enterprise's Discovery
+// Service): the data nodes' connections are watched and opted in, the
+// sentinels' never are; at a MOVING, maint holds new work until the
+// sentinels name another master. Nothing is dialled until the first command.
+func ExampleGroup_NewFailoverClient() {
+	g := maint.NewGroup()
+	defer g.Close()
+	rdb := g.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:    "db",
+		SentinelAddrs: []string{"127.0.0.1:26379"},
+	})
+	defer rdb.Close()
+	fmt.Println(len(g.Maints()))
+	// Output: 1
+}
+
+// The two-step failover route, for code that builds its own client: the
+// hook ConfigureFailover returns goes on the client it made.
+func ExampleGroup_ConfigureFailover() {
+	g := maint.NewGroup()
+	defer g.Close()
+	opt := &redis.FailoverOptions{MasterName: "db", SentinelAddrs: []string{"127.0.0.1:26379"}}
+	h := g.ConfigureFailover(opt)
+	rdb := redis.NewFailoverClient(opt)
+	rdb.AddHook(h)
+	defer rdb.Close()
+	fmt.Println(len(g.Maints()))
+	// Output: 1
+}
+
+// UniversalOptions take the route of the shape redis.NewUniversalClient
+// would build: here one address, a *redis.Client.
+func ExampleGroup_NewUniversalClient() {
+	emu, a, _ := twoNodes()
+	defer emu.Close()
+
+	g := maint.NewGroup()
+	defer g.Close()
+	rdb := g.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{a.Addr()}})
+	defer rdb.Close()
+	fmt.Println(rdb.Ping(context.Background()).Val(), a.Stats().OptedIn)
+	// Output: PONG 1
+}
+
+// Instrument installs maint on a client that exists already, of any kind.
+// Connections dialled before it are not watched until the pool replaces
+// them (it says so once); the options routes above watch every one.
+func ExampleInstrument() {
+	emu, a, b := twoNodes()
+	defer emu.Close()
+
+	rdb := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr(), "b": b.Addr()}})
+	defer rdb.Close()
+	g, err := maint.Instrument(rdb)
+	if err != nil {
+		panic(err)
+	}
+	defer g.Close()
+	fmt.Println(rdb.Ping(context.Background()).Err(), len(g.Maints()))
+	// Output: <nil> 2
+}

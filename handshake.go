@@ -31,62 +31,93 @@ import (
 // one per connection.
 
 // prepareHandshake arms the connection's first write: if it is go-redis's
-// HELLO 3, the opt-in goes right behind it. Nothing is armed for an
-// endpoint that refused it within the cooldown. While another connection's
-// opt-in to the same endpoint waits for its answer (a cold burst of first
-// connections), this one waits for that answer first, bounded by ctx and
+// HELLO 3, the opt-in goes right behind it (writeFirst), unless the
+// endpoint refused it within the cooldown.
+//
+// Which connection asks is decided at that first write, not at the dial: a
+// connection may be dialled and never written (go-redis initialises idle
+// connections, MinIdleConns ones among them, lazily), so a leader chosen at
+// the dial could keep every other connection waiting for an answer that
+// never comes. At its first write, a connection to an endpoint whose answer
+// is not known either leads (sends the opt-in, the only one in flight for
+// that endpoint) or waits for the leader's answer, bounded by
 // handshakeWait: an endpoint that refuses is asked once, not once per
-// connection of the burst.
-func (c *conn) prepareHandshake(ctx context.Context, tlsOn bool) {
+// connection of a cold burst.
+func (c *conn) prepareHandshake(_ context.Context, tlsOn bool) {
 	if c.remote == "" {
 		return
 	}
-	m := c.m
-	for waited := false; ; waited = true {
-		now := monoNow()
-		m.mu.Lock()
-		st := m.hs[c.remote]
-		if st == nil || (st.pending == nil && st.refusedUntil <= now && !st.ok) {
-			if st == nil {
-				st = &hsState{}
-				m.pruneHSLocked(now)
-				m.hs[c.remote] = st
-			}
-			st.pending = make(chan struct{})
-			c.hsLead = st
-			m.mu.Unlock()
-			break
-		}
-		if st.refusedUntil > now {
-			m.mu.Unlock()
-			return
-		}
-		ch, ok := st.pending, st.ok
-		m.mu.Unlock()
-		if ch == nil || ok || waited {
-			// Supported (or already waited once): every connection opts in.
-			// A leader may never send its opt-in (go-redis initialises idle
-			// connections lazily), so an answer known from another
-			// connection is not waited for again.
-			break
-		}
-		t := time.NewTimer(handshakeWait)
-		select {
-		case <-ch:
-		case <-t.C:
-		case <-ctx.Done():
-		case <-m.ctx.Done():
-		}
-		t.Stop()
-	}
-	typ := m.endpointType(c.remote, tlsOn)
+	typ := c.m.endpointType(c.remote, tlsOn)
 	cmd := resp.AppendArrayHeader(nil, 5)
 	for _, a := range []string{"CLIENT", "MAINT_NOTIFICATIONS", "ON", "moving-endpoint-type", typ} {
 		cmd = resp.AppendBulk(cmd, []byte(a))
 	}
 	c.inject = cmd
-	c.rd.OnDropped = c.onHandshakeReply
 }
+
+// takeTurn decides, at c's first write, whether c sends the opt-in: not
+// when its endpoint refused it within the cooldown; at once when the
+// endpoint accepted it (every connection must opt in); as the leader when
+// no answer is known and none is awaited; otherwise after the awaited
+// answer, bounded by handshakeWait (past it, c asks anyway).
+func (m *Maint) takeTurn(c *conn) bool {
+	deadline := time.Now().Add(c.handshakeBound())
+	for {
+		now := monoNow()
+		m.mu.Lock()
+		st := m.hs[c.remote]
+		if st == nil {
+			m.pruneHSLocked(now)
+			st = &hsState{}
+			m.hs[c.remote] = st
+		}
+		switch {
+		case st.refusedUntil > now:
+			m.mu.Unlock()
+			return false
+		case st.ok:
+			m.mu.Unlock()
+			return true
+		case st.pending == nil:
+			st.pending = make(chan struct{})
+			c.hsLead = st
+			m.mu.Unlock()
+			return true
+		}
+		ch := st.pending
+		m.mu.Unlock()
+		d := time.Until(deadline)
+		if d <= 0 {
+			return true
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ch:
+		case <-t.C:
+		case <-m.ctx.Done():
+			t.Stop()
+			return false
+		}
+		t.Stop()
+	}
+}
+
+// handshakeBound is how long c may wait for another connection's opt-in
+// answer: handshakeWait, or longer up to the write deadline go-redis set on
+// c (less a margin for the write itself), so that a slow server's answer
+// is waited for rather than asked again by every connection of a burst.
+func (c *conn) handshakeBound() time.Duration {
+	d := handshakeWait
+	if asked := c.wdl.asked.Load(); asked != 0 {
+		if left := time.Duration(asked-monoNow()) - handshakeMargin; left > d {
+			d = left
+		}
+	}
+	return d
+}
+
+// handshakeMargin is left of a write deadline for the write itself.
+const handshakeMargin = 200 * time.Millisecond
 
 // hsState is what a Maint knows of one endpoint's answer to the opt-in.
 // Guarded by Maint.mu.
@@ -94,6 +125,7 @@ type hsState struct {
 	pending      chan struct{} // closed when the leading opt-in is answered (or its connection ends)
 	ok           bool          // the endpoint accepted an opt-in
 	refusedUntil mono          // it refused for lack of support: not asked until then
+	refusal      string        // what it answered then
 	last         mono          // the last answer, for pruning
 }
 
@@ -103,7 +135,7 @@ const handshakeWait = time.Second
 
 // answered records the answer to c's opt-in (accepted, or refused for lack
 // of support), and wakes the connections waiting for it.
-func (m *Maint) answered(c *conn, accepted, refused bool) {
+func (m *Maint) answered(c *conn, accepted, refused bool, msg string) {
 	now := monoNow()
 	m.mu.Lock()
 	if m.hs == nil {
@@ -121,6 +153,7 @@ func (m *Maint) answered(c *conn, accepted, refused bool) {
 	}
 	if refused {
 		st.ok = false
+		st.refusal = msg
 		if m.s.handshakeRetry > 0 {
 			st.refusedUntil = now + int64(m.s.handshakeRetry)
 		}
@@ -131,6 +164,23 @@ func (m *Maint) answered(c *conn, accepted, refused bool) {
 	}
 	c.hsLead = nil
 	m.mu.Unlock()
+}
+
+// refusal reports whether remote's answer to the opt-in is known, and the
+// refusal it answered, if it refused for lack of support within the
+// cooldown ("" otherwise).
+func (m *Maint) refusal(remote string) (known bool, msg string) {
+	now := monoNow()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := m.hs[remote]
+	if st == nil {
+		return false, ""
+	}
+	if st.refusedUntil > now {
+		return true, st.refusal
+	}
+	return st.ok, ""
 }
 
 // leadGone releases the connections waiting on c's opt-in when c ends
@@ -177,10 +227,10 @@ const hsForget = 10 * time.Minute
 func (c *conn) writeFirst(p []byte, commands int) (int, error) {
 	cmd := c.inject
 	c.inject = nil
-	if commands < 1 || !isHello3(p) {
-		c.m.leadGone(c) // no RESP3 here: nobody waits for this one
-		return c.raw.Write(p)
+	if commands < 1 || !isHello3(p) || !c.m.takeTurn(c) {
+		return c.raw.Write(p) // no RESP3 here, or the endpoint refused it lately
 	}
+	c.rd.OnDropped = c.onHandshakeReply
 	// The replies to the commands of p are go-redis's (HELLO alone, in
 	// go-redis v9.23: TestGoRedisWritesHelloFirst); the next one is ours.
 	c.rd.DropReply(commands)
@@ -216,23 +266,23 @@ func isHello3(p []byte) bool {
 // Stripper took out of the stream.
 func (c *conn) onHandshakeReply(frame []byte) {
 	if len(frame) == 0 {
-		c.m.answered(c, false, false)
+		c.m.answered(c, false, false, "")
 		return
 	}
 	switch frame[0] {
 	case '+':
 		c.optedIn.Store(true)
-		c.m.answered(c, true, false)
+		c.m.answered(c, true, false, "")
 	case '-', '!':
 		msg := errorText(frame)
 		if noSupport(msg) {
 			c.m.noteRefusal(c, msg)
 		} else {
 			c.m.c.handshakeErrors.Add(1)
-			c.m.answered(c, false, false)
+			c.m.answered(c, false, false, "")
 		}
 	default:
-		c.m.answered(c, false, false)
+		c.m.answered(c, false, false, "")
 	}
 }
 
@@ -263,7 +313,7 @@ func (m *Maint) noteRefusal(c *conn, msg string) {
 	st := m.hs[c.remote]
 	again := st != nil && st.refusedUntil > now // another connection of the same burst
 	m.mu.Unlock()
-	m.answered(c, false, true)
+	m.answered(c, false, true, msg)
 	if again {
 		return
 	}

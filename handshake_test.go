@@ -106,7 +106,14 @@ func TestHandshakeModes(t *testing.T) {
 		// refusal is what the command reports.
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "MAINT_NOTIFICATIONS")
-		assert.Zero(t, m.Stats().Unsupported, "required: nothing to remember, the connection failed")
+		// The opt-in went on the wire, as in Auto: the refusal is
+		// remembered, and the next connections fail without asking again.
+		assert.EqualValues(t, 1, m.Stats().Unsupported)
+		before := ep.Stats().Handshakes
+		err = rdb.Ping(ctx).Err()
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "MAINT_NOTIFICATIONS")
+		assert.Equal(t, before, ep.Stats().Handshakes, "not asked again within the cooldown")
 	})
 	t.Run("off sends nothing", func(t *testing.T) {
 		before := len(emu.Events())

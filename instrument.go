@@ -3,91 +3,258 @@ package maint
 import (
 	"context"
 	"fmt"
-	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// Group is the set of Maints that Instrument installed on one go-redis
-// client: one for a *redis.Client, one per node client for a
-// *redis.ClusterClient or a *redis.Ring. It is safe for concurrent use.
-type Group struct {
-	mu sync.Mutex // guards ms
-	ms []*Maint
-
-	obs groupObservers // observers (observe.go), guarded by mu
-}
-
-// Instrument installs maint on any go-redis client. A *redis.Client gets one
-// Maint through AddHook. A *redis.Ring gets one per shard, present and
-// future. A *redis.ClusterClient gets one per node client through
-// OnNewNode, for the nodes it creates afterwards: call Instrument before the
-// first command. On a cluster, an SMIGRATED
-// notification also reloads the cluster's slot map. It returns an error iff
-// the client is of another type.
+// Instrument installs maint on an existing go-redis client of any kind, in
+// a new Group with the given options (see Group.Instrument). It returns an
+// error iff the client is of a type maint does not know.
 func Instrument(rdb redis.UniversalClient, opts ...Option) (*Group, error) {
-	g := &Group{}
-	switch c := rdb.(type) {
-	case *redis.Client:
-		m := New(opts...)
-		c.AddHook(m)
-		g.add(m)
-		if n := c.PoolStats().TotalConns; n > 0 {
-			m.logf("maint: %d connections were made before maint was installed; they are not watched until the pool replaces them", n)
-		}
-	case *redis.ClusterClient:
-		cs := &clusterState{reload: func() { c.ReloadState(context.Background()) }} // lazy: marks the slot map for reload
-		c.OnNewNode(func(node *redis.Client) {
-			m := New(opts...)
-			m.s.cluster = cs
-			node.AddHook(m)
-			g.add(m)
-		})
-	case *redis.Ring:
-		install := func(node *redis.Client) {
-			m := New(opts...)
-			node.AddHook(m)
-			g.add(m)
-		}
-		c.OnNewNode(install)
-		// The shards that exist already: a Ring creates them at NewRing.
-		_ = c.ForEachShard(context.Background(), func(_ context.Context, node *redis.Client) error {
-			install(node)
-			return nil
-		})
-	default:
-		return nil, fmt.Errorf("maint: %T not supported", rdb)
+	g := NewGroup(opts...)
+	if err := g.Instrument(rdb); err != nil {
+		_ = g.Close()
+		return nil, err
 	}
 	return g, nil
 }
 
-func (g *Group) add(m *Maint) {
+// Instrument installs maint on an existing client; prefer the options
+// route (NewClient, NewClusterClient, NewRing, NewFailoverClient,
+// NewUniversalClient), which watches every connection from the first.
+//
+//   - A *redis.Client gets one Maint through AddHook; if its options were
+//     configured by this group (Configure), that Maint. A failover client
+//     (redis.NewFailoverClient, a *redis.Client too) is recognised by the
+//     address go-redis gives it and gets a failover Maint (see
+//     NewFailoverClient) whose dial hook opts its data nodes' connections
+//     in; its sentinels are never touched.
+//   - A *redis.ClusterClient gets one Maint per node client: the node
+//     clients it has (with a slot map loaded; otherwise Instrument loads it,
+//     bounded by a second), and through OnNewNode those it creates later.
+//     If its options were configured by this group (ConfigureCluster),
+//     Instrument only lets the node Maints reload its slot map.
+//   - A *redis.Ring gets one Maint per shard client: those up now, those
+//     SetAddrs adds (OnNewNode), and those down now once they are up again
+//     (the group polls the Ring at its heartbeat period). The Maints of
+//     shards the Ring closes are closed and forgotten.
+//
+// Connections dialled before Instrument are not watched until the pool
+// replaces them: Instrument says so once, with their count.
+func (g *Group) Instrument(rdb redis.UniversalClient) error {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		g.instrumentClient(c)
+	case *redis.ClusterClient:
+		g.instrumentCluster(c)
+	case *redis.Ring:
+		g.instrumentRing(c)
+	default:
+		return fmt.Errorf("maint: %T not supported", rdb)
+	}
+	return nil
+}
+
+func (g *Group) instrumentClient(c *redis.Client) {
+	opt := c.Options()
+	if cfg := opt.MaintNotificationsConfig; cfg != nil {
+		if v, ok := configured.Load(cfg); ok {
+			if m := v.(*Maint); g.owns(m) {
+				if !m.hooked.Load() {
+					c.AddHook(m)
+				}
+				g.bindClient(m, c)
+				return
+			}
+		}
+	}
+	var m *Maint
+	var hook redis.Hook
+	if opt.Addr == failoverAddr {
+		m = g.failoverMaint()
+		hook = failoverHook{Maint: m, o: failoverDialOpts(m, opt.TLSConfig != nil, opt.Protocol)}
+	} else {
+		m = g.newMaint()
+		hook = m
+	}
+	if !g.reserve(c) {
+		_ = m.Close()
+		return
+	}
+	n := conns(c)
+	c.AddHook(hook)
+	g.fill(c, m, nil)
+	g.unwatched(m, "Instrument", n, 1)
+}
+
+func (g *Group) instrumentCluster(c *redis.ClusterClient) {
 	g.mu.Lock()
-	g.ms = append(g.ms, m)
+	cs := g.clusters[c.Options()]
+	g.mu.Unlock()
+	if cs != nil {
+		bindCluster(cs, c)
+		return
+	}
+	cs = &clusterState{}
+	bindCluster(cs, c)
+	c.OnNewNode(func(node *redis.Client) { g.installNode(node, cs, false) })
+	// The node clients it has already.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var total, nodes int64
+	_ = c.ForEachShard(ctx, func(_ context.Context, node *redis.Client) error {
+		if n, ok := g.installNode(node, cs, false); ok && n > 0 {
+			g.mu.Lock()
+			total += int64(n)
+			nodes++
+			g.mu.Unlock()
+		}
+		return nil
+	})
+	if total > 0 {
+		g.unwatched(nil, "Instrument", int(total), int(nodes))
+	}
+}
+
+func (g *Group) instrumentRing(c *redis.Ring) {
+	// Ring.Options is a copy of the options given to NewRing
+	// (TestContractRingShards): shard clients this group made through
+	// ConfigureRing are recognised by client (reserve), not by options.
+	ro := c.Options()
+	g.mu.Lock()
+	g.watched = append(g.watched, c)
+	g.mu.Unlock()
+	c.OnNewNode(func(node *redis.Client) { g.installNode(node, nil, true) })
+	g.coverRing(c, true)
+	g.startSweeper(ro.HeartbeatFrequency, ro.DialTimeout, ro.ReadTimeout)
+}
+
+// coverRing installs Maints on r's shards that are up and have none, and
+// says how many connections they had dialled before (in one line when
+// first).
+func (g *Group) coverRing(r *redis.Ring, first bool) {
+	var total, shards int
+	_ = r.ForEachShard(g.ctx, func(_ context.Context, node *redis.Client) error {
+		n, ok := g.installNode(node, nil, true)
+		if ok && n > 0 {
+			g.mu.Lock()
+			total += n
+			shards++
+			g.mu.Unlock()
+		}
+		return nil
+	})
+	if total > 0 {
+		what := "Instrument"
+		if !first {
+			what = "Instrument: a Ring shard that was down"
+		}
+		g.unwatched(nil, what, total, shards)
+	}
+}
+
+// installNode gives a node client created without the options route a
+// Maint through AddHook, unless it has one; it returns the connections the
+// node client had dialled already.
+func (g *Group) installNode(node *redis.Client, cs *clusterState, ring bool) (int, bool) {
+	if !g.reserve(node) {
+		return 0, false
+	}
+	m := g.newMaint()
+	m.s.cluster = cs
+	n := conns(node)
+	node.AddHook(m)
+	var live *liveHook
+	if ring {
+		live = &liveHook{}
+		node.AddHook(live)
+	}
+	g.fill(node, m, live)
+	return n, true
+}
+
+// reserve claims cli for a Maint of g: false if it has one, or g is closed.
+func (g *Group) reserve(cli *redis.Client) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	if _, ok := g.byCli[cli]; ok {
+		return false
+	}
+	g.byCli[cli] = nil
+	return true
+}
+
+// fill records m for cli, reserved by reserve.
+func (g *Group) fill(cli *redis.Client, m *Maint, live *liveHook) {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		_ = m.Close()
+		return
+	}
+	mb := &member{m: m, cli: cli, live: live}
+	g.ms = append(g.ms, mb)
 	g.attachLocked(m)
+	g.byCli[cli] = mb
 	g.mu.Unlock()
 }
 
-// Maints returns the Maints installed so far.
-func (g *Group) Maints() []*Maint {
+// owns reports whether m is one of g's Maints.
+func (g *Group) owns(m *Maint) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return append([]*Maint(nil), g.ms...)
+	for _, mb := range g.ms {
+		if mb.m == m {
+			return true
+		}
+	}
+	return false
 }
 
-// Stats returns the sum of the counters of every Maint of the group.
-func (g *Group) Stats() Stats {
-	var s Stats
-	for _, m := range g.Maints() {
-		s.add(m.Stats())
+// bindClient records that m is c's Maint.
+func (g *Group) bindClient(m *Maint, c *redis.Client) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, mb := range g.ms {
+		if mb.m == m {
+			mb.cli = c
+			g.byCli[c] = mb
+		}
 	}
-	return s
 }
 
-// Close closes every Maint of the group. Close the client first.
-func (g *Group) Close() error {
-	for _, m := range g.Maints() {
-		_ = m.Close()
+// conns counts the connections a client holds (pool, pub/sub, pipeline
+// pool).
+func conns(c *redis.Client) int {
+	st := c.PoolStats()
+	n := int(st.TotalConns) + int(st.PubSubStats.Active)
+	if st.PipelineStats != nil {
+		n += int(st.PipelineStats.TotalConns)
 	}
-	return nil
+	return n
+}
+
+// unwatched says once per call what Instrument could not reach.
+func (g *Group) unwatched(m *Maint, what string, n, clients int) {
+	if n <= 0 {
+		return
+	}
+	logf := g.logf
+	if m != nil {
+		logf = m.logf
+	}
+	logf("maint: %s: %d connections of %d client(s) were dialled before maint was installed; they are not watched until the pool replaces them (install through the options route to watch every connection)", what, n, clients)
+}
+
+// logf logs with the group's WithLogf.
+func (g *Group) logf(format string, args ...any) {
+	var cfg Config
+	for _, o := range g.opts {
+		o(&cfg)
+	}
+	cfg.settings().logf(format, args...)
 }

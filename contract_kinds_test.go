@@ -1,0 +1,207 @@
+package maint_test
+
+// Contract tests for the client kinds: what the options routes (kinds.go,
+// kinds_failover.go) and Instrument (instrument.go) assume of go-redis
+// v9.23's Cluster, Ring and failover clients.
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// hookCounter counts the dials and commands that go through a client's
+// hooks.
+type hookCounter struct {
+	dials, cmds atomic.Int64
+	mu          sync.Mutex
+	addrs       []string
+}
+
+func (h *hookCounter) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		h.dials.Add(1)
+		h.mu.Lock()
+		h.addrs = append(h.addrs, addr)
+		h.mu.Unlock()
+		return next(ctx, network, addr)
+	}
+}
+
+func (h *hookCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.cmds.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *hookCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// recordDialer records the addresses a Dialer is called with.
+type recordDialer struct {
+	mu    sync.Mutex
+	addrs []string
+}
+
+func (r *recordDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	r.mu.Lock()
+	r.addrs = append(r.addrs, addr)
+	r.mu.Unlock()
+	var d net.Dialer
+	return d.DialContext(ctx, network, addr)
+}
+
+func (r *recordDialer) seen() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.addrs...)
+}
+
+// The failover route relies on: FailoverOptions.Dialer being called for
+// the sentinels with their addresses and for the master with the address a
+// sentinel named; the data-node client's dial hook seeing the master's
+// dials only, with the address "FailoverClient"; rdb.Options().Dialer being
+// a dialer that asks the sentinels whatever address it is given.
+func TestContractFailoverClientAddr(t *testing.T) {
+	e := newEnv(t)
+	s := newFakeSentinel(t, e.old.Addr())
+	rec := &recordDialer{}
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName: "db", SentinelAddrs: []string{s.addr()}, Dialer: rec.dial, Protocol: 3,
+	})
+	defer rdb.Close()
+	hc := &hookCounter{}
+	rdb.AddHook(hc)
+	ctx := context.Background()
+	require.NoError(t, rdb.Ping(ctx).Err())
+	assert.Equal(t, "FailoverClient", rdb.Options().Addr,
+		"maint recognises a failover client by its address (Instrument) and keys its target apart from it (failoverTarget)")
+	assert.Contains(t, rec.seen(), s.addr(), "the sentinels are dialled through FailoverOptions.Dialer: maint must let them through unwrapped")
+	assert.Contains(t, rec.seen(), e.old.Addr(), "the master is dialled through FailoverOptions.Dialer with the address a sentinel named")
+	hc.mu.Lock()
+	hookAddrs := append([]string(nil), hc.addrs...)
+	hc.mu.Unlock()
+	require.NotEmpty(t, hookAddrs)
+	for _, a := range hookAddrs {
+		assert.Equal(t, "FailoverClient", a, "the data-node client's dial hook sees its own dials only, all at \"FailoverClient\": the sentinels' dials never reach maint's hook")
+	}
+	// Options().Dialer asks the sentinels: a dial with any address lands on
+	// the master.
+	s.setMaster(e.new.Addr())
+	c, err := rdb.Options().Dialer(ctx, "tcp", "ignored:1")
+	require.NoError(t, err, "maint's failover probes dial through Options().Dialer")
+	defer c.Close()
+	assert.Equal(t, e.new.Addr(), c.RemoteAddr().String(), "Options().Dialer ignores its address and asks the sentinels (failover probes rely on it)")
+}
+
+// The failover route's pre-hook wrapping relies on: NewFailoverClient
+// dialling MinIdleConns connections before it returns (before AddHook can
+// run), through FailoverOptions.Dialer.
+func TestContractFailoverMinIdleDialsBeforeHook(t *testing.T) {
+	e := newEnv(t)
+	s := newFakeSentinel(t, e.old.Addr())
+	rec := &recordDialer{}
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName: "db", SentinelAddrs: []string{s.addr()}, Dialer: rec.dial, Protocol: 3, MinIdleConns: 2,
+	})
+	defer rdb.Close()
+	waitFor(t, "MinIdleConns dialled", 5*time.Second, func() bool { return e.old.Stats().Opened >= 2 })
+	n := 0
+	for _, a := range rec.seen() {
+		if a == e.old.Addr() {
+			n++
+		}
+	}
+	assert.GreaterOrEqual(t, n, 2, "MinIdleConns of the master are dialled through FailoverOptions.Dialer, without any hook")
+}
+
+// The Cluster route relies on ClusterOptions.NewClient creating every node
+// client, with options maint can configure before the client exists, and
+// on ClusterClient.Options returning the options passed in (Instrument
+// recognises options it configured).
+func TestContractClusterNewClient(t *testing.T) {
+	e := newEnv(t)
+	var mu sync.Mutex
+	var made []string
+	opt := &redis.ClusterOptions{
+		Addrs: []string{e.old.Addr()},
+		NewClient: func(o *redis.Options) *redis.Client {
+			mu.Lock()
+			made = append(made, o.Addr)
+			mu.Unlock()
+			return redis.NewClient(o)
+		},
+	}
+	cc := redis.NewClusterClient(opt)
+	defer cc.Close()
+	_ = cc.Ping(context.Background()).Err() // the emulator is no cluster: whatever the answer, a node client is made
+	mu.Lock()
+	defer mu.Unlock()
+	assert.NotEmpty(t, made, "ClusterOptions.NewClient makes the node clients")
+	assert.Same(t, opt, cc.Options(), "ClusterClient.Options returns the options passed to NewClusterClient")
+}
+
+// The Ring route and the sweeper rely on: RingOptions.NewClient creating
+// every shard client (SetAddrs too, for new addresses only); SetAddrs
+// closing the shard clients it drops; the heartbeat pinging every shard it
+// holds, down ones included, through the shard client's hooks, and none it
+// dropped; ForEachShard skipping down shards; Ring.Options returning the
+// options passed in.
+func TestContractRingShards(t *testing.T) {
+	e := newEnv(t)
+	extra := e.shards(1)[0]
+	var mu sync.Mutex
+	made := map[string]*redis.Client{}
+	hooks := map[string]*hookCounter{}
+	opt := &redis.RingOptions{
+		Addrs:              map[string]string{"a": e.old.Addr(), "b": e.new.Addr()},
+		HeartbeatFrequency: 50 * time.Millisecond,
+		DialTimeout:        300 * time.Millisecond,
+		NewClient: func(o *redis.Options) *redis.Client {
+			c := redis.NewClient(o)
+			h := &hookCounter{}
+			c.AddHook(h)
+			mu.Lock()
+			made[o.Addr], hooks[o.Addr] = c, h
+			mu.Unlock()
+			return c
+		},
+	}
+	e.new.RefuseNew(true)
+	rng := redis.NewRing(opt)
+	defer rng.Close()
+	assert.NotSame(t, opt, rng.Options(), "Ring.Options returns a copy of the options passed to NewRing: Instrument recognises the shard clients ConfigureRing made by client, not by options")
+	hookOf := func(a string) *hookCounter { mu.Lock(); defer mu.Unlock(); return hooks[a] }
+	require.NotNil(t, hookOf(e.new.Addr()), "NewRing makes every shard client through RingOptions.NewClient, down ones too")
+	waitFor(t, "b marked down", 5*time.Second, func() bool { return len(ringShards(rng)) == 1 })
+	activity := func(a string) int64 { h := hookOf(a); return h.cmds.Load() + h.dials.Load() }
+	before := activity(e.new.Addr())
+	waitFor(t, "the heartbeat reaching the down shard", 10*time.Second, func() bool {
+		return activity(e.new.Addr()) > before+2
+	}) // the heartbeat pings a down shard through its client's hooks, commands or dials (the sweeper takes it for alive)
+	assert.Len(t, ringShards(rng), 1, "ForEachShard skips down shards (Instrument polls for them)")
+
+	mu.Lock()
+	a := made[e.old.Addr()]
+	mu.Unlock()
+	rng.SetAddrs(map[string]string{"a": e.old.Addr(), "c": extra.Addr()})
+	mu.Lock()
+	assert.Same(t, a, made[e.old.Addr()], "SetAddrs keeps the shard client of an address it keeps")
+	assert.NotNil(t, made[extra.Addr()], "SetAddrs makes new shard clients through RingOptions.NewClient")
+	dropped := made[e.new.Addr()]
+	mu.Unlock()
+	assert.ErrorIs(t, dropped.Ping(context.Background()).Err(), redis.ErrClosed, "SetAddrs closes the shard clients it drops")
+	time.Sleep(100 * time.Millisecond) // a heartbeat round under way when SetAddrs ran
+	n := activity(e.new.Addr())
+	time.Sleep(500 * time.Millisecond)
+	assert.Equal(t, n, activity(e.new.Addr()), "no heartbeat, command or dial reaches a dropped shard (the sweeper takes it for closed)")
+}

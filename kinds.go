@@ -1,0 +1,457 @@
+package maint
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The options route for every go-redis client kind.
+//
+// A Group holds the Maints of one or more go-redis clients: one per node
+// client. Its Configure methods prepare a kind's options before the client
+// exists, so that every connection of every node client is watched from the
+// first dial and go-redis's built-in handler stays off; its New methods are
+// the Configure method and the go-redis constructor in one call.
+//
+//	kind               options route                        existing client
+//	*redis.Client      g.NewClient(opt) / g.Configure(opt)  g.Instrument(rdb)
+//	Cluster            g.NewClusterClient(opt)              g.Instrument(rdb)
+//	Ring               g.NewRing(opt)                       g.Instrument(rdb)
+//	Failover           g.NewFailoverClient(opt)             g.Instrument(rdb)
+//	Universal          g.NewUniversalClient(opt)            g.Instrument(rdb)
+//
+// Cluster and Ring options get one Maint per node client through their
+// NewClient field (the application's own NewClient, if set, still creates
+// the node client): the node's *redis.Options are configured before the
+// node client exists, and the Maint is added to it as a hook. A failover
+// client (Discovery Service, Sentinel) gets one Maint for its data nodes;
+// its sentinel connections are never wrapped and never receive the
+// handshake.
+
+// Group is a set of Maints: one for a *redis.Client, one per node client for
+// a *redis.ClusterClient or a *redis.Ring. The Maints of node clients that
+// go-redis closes are closed and forgotten (their counters stay in Stats).
+// It is safe for concurrent use.
+type Group struct {
+	opts []Option
+
+	mu      sync.Mutex // guards the following
+	ms      []*member
+	byCli   map[*redis.Client]*member
+	retired Stats // counters of the Maints closed and forgotten
+	closed  bool
+	// clusters are the cluster states of the ClusterOptions configured,
+	// bound to their ClusterClient by NewClusterClient or Instrument.
+	clusters map[*redis.ClusterOptions]*clusterState
+	// watched are the Rings whose shards are polled for (Instrument: shards
+	// down when it ran get a Maint once they are up).
+	watched []*redis.Ring
+	sweeper bool
+	// sweepEvery is how often the sweeper runs; deadAfter how long a ring
+	// shard's Maint must see no command and hold no connection to be taken
+	// for closed by go-redis.
+	sweepEvery, deadAfter time.Duration
+	// obs are the group's observers (observe.go).
+	obs groupObservers
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// member is one Maint of a group, and what tells whether its node client
+// still lives.
+type member struct {
+	m    *Maint
+	cli  *redis.Client // nil when not known
+	live *liveHook     // nil when liveness is not judged (see sweep)
+	// quiet is when the sweeper first saw the member with no command and no
+	// connection (zero: not quiet).
+	quiet time.Time
+}
+
+// NewGroup returns an empty Group whose Maints are created with opts.
+func NewGroup(opts ...Option) *Group {
+	g := &Group{
+		opts:     append([]Option(nil), opts...),
+		byCli:    make(map[*redis.Client]*member),
+		clusters: make(map[*redis.ClusterOptions]*clusterState),
+	}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+	return g
+}
+
+// newMaint creates a Maint with the group's options.
+func (g *Group) newMaint() *Maint { return New(g.opts...) }
+
+// add records m, installed on cli (nil when unknown), unless the group is
+// closed: then m is closed and add reports false.
+func (g *Group) add(m *Maint, cli *redis.Client, live *liveHook) bool {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		_ = m.Close()
+		return false
+	}
+	mb := &member{m: m, cli: cli, live: live}
+	g.ms = append(g.ms, mb)
+	g.attachLocked(m)
+	if cli != nil {
+		g.byCli[cli] = mb
+	}
+	g.mu.Unlock()
+	return true
+}
+
+// has reports whether cli has a Maint of the group.
+func (g *Group) has(cli *redis.Client) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	_, ok := g.byCli[cli]
+	return ok
+}
+
+// Configure prepares options for a new *redis.Client (see Maint.Configure)
+// with a new Maint of the group, and returns that Maint: add it to the
+// client as a hook (rdb.AddHook(m)), or use NewClient.
+func (g *Group) Configure(opt *redis.Options) *Maint {
+	m := g.newMaint()
+	m.Configure(opt)
+	g.add(m, nil, nil)
+	return m
+}
+
+// NewClient is Configure, redis.NewClient and AddHook in one call.
+func (g *Group) NewClient(opt *redis.Options) *redis.Client {
+	m := g.newMaint()
+	m.Configure(opt)
+	rdb := redis.NewClient(opt)
+	rdb.AddHook(m)
+	g.add(m, rdb, nil)
+	return rdb
+}
+
+// nodeClient returns a NewClient for node clients of a Cluster (cs non-nil)
+// or a Ring (live set): each node client gets its own Maint, its options
+// configured before prev creates it.
+func (g *Group) nodeClient(prev func(*redis.Options) *redis.Client, cs *clusterState, ring bool) func(*redis.Options) *redis.Client {
+	if prev == nil {
+		prev = redis.NewClient
+	}
+	return func(opt *redis.Options) *redis.Client {
+		m := g.newMaint()
+		m.s.cluster = cs
+		m.Configure(opt)
+		cli := prev(opt)
+		cli.AddHook(m)
+		var live *liveHook
+		if ring {
+			live = &liveHook{}
+			cli.AddHook(live)
+		}
+		g.add(m, cli, live)
+		return cli
+	}
+}
+
+// ConfigureCluster prepares ClusterOptions for a new *redis.ClusterClient:
+// every node client gets its own Maint (through opt.NewClient, wrapping the
+// application's own NewClient if set), and the node Maints of the cluster
+// share its slot map. The slot map is reloaded on SMIGRATED once the
+// ClusterClient is known: create it with NewClusterClient, or pass it to
+// Instrument after redis.NewClusterClient. Configuring the same options
+// again is a no-op.
+func (g *Group) ConfigureCluster(opt *redis.ClusterOptions) {
+	g.configureCluster(opt)
+}
+
+func (g *Group) configureCluster(opt *redis.ClusterOptions) *clusterState {
+	if !claimKind(g, opt) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.clusters[opt]
+	}
+	cs := &clusterState{}
+	g.mu.Lock()
+	g.clusters[opt] = cs
+	g.mu.Unlock()
+	opt.NewClient = g.nodeClient(opt.NewClient, cs, false)
+	return cs
+}
+
+// NewClusterClient is ConfigureCluster and redis.NewClusterClient in one
+// call.
+func (g *Group) NewClusterClient(opt *redis.ClusterOptions) *redis.ClusterClient {
+	cs := g.configureCluster(opt)
+	cc := redis.NewClusterClient(opt)
+	if cs != nil {
+		bindCluster(cs, cc)
+	}
+	return cc
+}
+
+// bindCluster lets the cluster's node Maints reload cc's slot map.
+func bindCluster(cs *clusterState, cc *redis.ClusterClient) {
+	if cs.reload == nil {
+		cs.reload = func() { cc.ReloadState(context.Background()) } // lazy: marks the slot map for reload
+	}
+}
+
+// ConfigureRing prepares RingOptions for a new *redis.Ring: every shard
+// client gets its own Maint (through opt.NewClient, wrapping the
+// application's own NewClient if set), before its first connection, shards
+// added later by SetAddrs too. The Maints of shards the Ring closes are
+// closed and forgotten. Configuring the same options again is a no-op.
+func (g *Group) ConfigureRing(opt *redis.RingOptions) {
+	if !claimKind(g, opt) {
+		return
+	}
+	g.startSweeper(opt.HeartbeatFrequency, opt.DialTimeout, opt.ReadTimeout)
+	opt.NewClient = g.nodeClient(opt.NewClient, nil, true)
+}
+
+// NewRing is ConfigureRing and redis.NewRing in one call.
+func (g *Group) NewRing(opt *redis.RingOptions) *redis.Ring {
+	g.ConfigureRing(opt)
+	return redis.NewRing(opt)
+}
+
+// NewUniversalClient creates the client redis.NewUniversalClient would,
+// through the group's options route for its shape: MasterName with
+// RouteByLatency, RouteRandomly or IsClusterMode, a failover cluster
+// client (instrumented: see Instrument); MasterName, a failover client
+// (NewFailoverClient); several addresses or IsClusterMode, a cluster client
+// (NewClusterClient); otherwise a *redis.Client (NewClient).
+// UniversalOptions have no per-node constructor of their own, so there is
+// no ConfigureUniversal: the shape's options are built here, as go-redis
+// builds them.
+func (g *Group) NewUniversalClient(opt *redis.UniversalOptions) redis.UniversalClient {
+	switch {
+	case opt.MasterName != "" && (opt.RouteByLatency || opt.RouteRandomly || opt.IsClusterMode):
+		cc := redis.NewFailoverClusterClient(opt.Failover())
+		_ = g.Instrument(cc)
+		return cc
+	case opt.MasterName != "":
+		return g.NewFailoverClient(opt.Failover())
+	case len(opt.Addrs) > 1 || opt.IsClusterMode:
+		return g.NewClusterClient(opt.Cluster())
+	default:
+		return g.NewClient(opt.Simple())
+	}
+}
+
+// kindOwners maps the Cluster and Ring options a Group configured to that
+// Group, so that configuring them again is a no-op. Entries go with the
+// Group's Close.
+var kindOwners sync.Map // *redis.ClusterOptions | *redis.RingOptions | *redis.FailoverOptions → *Group
+
+// claimKind reports whether opt is free for g to configure.
+func claimKind(g *Group, opt any) bool {
+	owner, loaded := kindOwners.LoadOrStore(opt, g)
+	if !loaded {
+		return true
+	}
+	if owner.(*Group) != g {
+		g.logf("maint: %T already configured by another Group; left as it is", opt)
+	}
+	return false
+}
+
+// liveHook tells the sweeper that a ring shard client is still in the
+// Ring: the Ring's heartbeat pings every shard it holds, up or down, and a
+// down shard's PING dials (or fails at once while its pool waits to dial
+// again). A command or a dial since the last sweep, or a dial in flight
+// (a PING to a down shard may wait in dial retries for seconds), means
+// alive. One atomic load per command once set.
+type liveHook struct {
+	seen    atomic.Bool
+	dialing atomic.Int64
+}
+
+func (h *liveHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		h.dialing.Add(1)
+		defer h.dialing.Add(-1)
+		h.seen.Store(true)
+		return next(ctx, network, addr)
+	}
+}
+
+func (h *liveHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !h.seen.Load() {
+			h.seen.Store(true)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *liveHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// openConns counts the connections m watches.
+func (m *Maint) openConns() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var n int64
+	for _, t := range m.targets {
+		n += t.conns.Load()
+	}
+	return n
+}
+
+// startSweeper starts the goroutine that forgets the Maints of ring shards
+// go-redis closed and installs Maints on instrumented Rings' shards that
+// came up, once per group. hb is the Ring's heartbeat period (0: go-redis's
+// default).
+func (g *Group) startSweeper(hb, dial, read time.Duration) {
+	if hb <= 0 {
+		hb = 500 * time.Millisecond
+	}
+	if dial <= 0 {
+		dial = 5 * time.Second
+	}
+	if read <= 0 {
+		read = 3 * time.Second
+	}
+	// A closed shard sees no heartbeat; a live one sees one every hb, but a
+	// heartbeat round waits for every shard's PING in turn.
+	dead := 10*hb + dial + read
+	every := hb
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return
+	}
+	if dead > g.deadAfter {
+		g.deadAfter = dead
+	}
+	if g.sweepEvery == 0 || every < g.sweepEvery {
+		g.sweepEvery = every
+	}
+	if g.sweeper {
+		return
+	}
+	g.sweeper = true
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		for {
+			g.mu.Lock()
+			d := g.sweepEvery
+			g.mu.Unlock()
+			t := time.NewTimer(d)
+			select {
+			case <-g.ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			g.sweep(time.Now())
+		}
+	}()
+}
+
+// sweep closes and forgets the Maints of ring shards that ran no command
+// (not even the heartbeat's PING) and held no connection for deadAfter,
+// and installs Maints on the shards of instrumented Rings that are up and
+// have none.
+func (g *Group) sweep(now time.Time) {
+	g.mu.Lock()
+	rings := append([]*redis.Ring(nil), g.watched...)
+	var check []*member
+	for _, mb := range g.ms {
+		if mb.live != nil {
+			check = append(check, mb)
+		}
+	}
+	dead := g.deadAfter
+	g.mu.Unlock()
+	for _, r := range rings {
+		g.coverRing(r, false)
+	}
+	for _, mb := range check {
+		if mb.live.seen.Swap(false) || mb.live.dialing.Load() > 0 || mb.m.openConns() > 0 {
+			mb.quiet = time.Time{} // only the sweeper touches quiet
+			continue
+		}
+		if mb.quiet.IsZero() {
+			mb.quiet = now
+			continue
+		}
+		if now.Sub(mb.quiet) >= dead {
+			g.forget(mb)
+		}
+	}
+}
+
+// forget closes mb's Maint and drops it, keeping its counters.
+func (g *Group) forget(mb *member) {
+	g.mu.Lock()
+	for i, x := range g.ms {
+		if x == mb {
+			g.ms = append(g.ms[:i:i], g.ms[i+1:]...)
+			break
+		}
+	}
+	if mb.cli != nil && g.byCli[mb.cli] == mb {
+		delete(g.byCli, mb.cli)
+	}
+	g.detachLocked(mb.m)
+	g.mu.Unlock()
+	_ = mb.m.Close()
+	st := mb.m.Stats()
+	g.mu.Lock()
+	g.retired.add(st)
+	g.mu.Unlock()
+}
+
+// Maints returns the Maints of the group's live clients.
+func (g *Group) Maints() []*Maint {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]*Maint, len(g.ms))
+	for i, mb := range g.ms {
+		out[i] = mb.m
+	}
+	return out
+}
+
+// Stats returns the sum of the counters of every Maint of the group, those
+// of Maints already closed and forgotten included.
+func (g *Group) Stats() Stats {
+	g.mu.Lock()
+	s := g.retired
+	g.mu.Unlock()
+	for _, m := range g.Maints() {
+		s.add(m.Stats())
+	}
+	return s
+}
+
+// Close closes every Maint of the group and stops its goroutines. Close the
+// clients first. Close is idempotent.
+func (g *Group) Close() error {
+	g.mu.Lock()
+	g.closed = true
+	ms := g.ms
+	g.mu.Unlock()
+	g.cancel()
+	g.wg.Wait()
+	for _, mb := range ms {
+		_ = mb.m.Close()
+	}
+	kindOwners.Range(func(k, v any) bool {
+		if v.(*Group) == g {
+			kindOwners.Delete(k)
+		}
+		return true
+	})
+	return nil
+}
