@@ -188,12 +188,12 @@ func (h failoverHook) DialHook(next redis.DialHook) redis.DialHook {
 	}, h.o)
 	return func(ctx context.Context, network, _ string) (net.Conn, error) {
 		if h.fs == nil {
-			return d(ctx, network, failoverTarget)
+			return wrapFailover(d(ctx, network, failoverTarget))
 		}
 		fd := &failoverDial{s: h.fs}
 		c, err := d(context.WithValue(ctx, failoverDialKey{}, fd), network, failoverTarget)
 		fd.end()
-		return c, err
+		return wrapFailover(c, err)
 	}
 }
 
@@ -237,7 +237,7 @@ func configureFailover(g *Group, m *Maint, opt *redis.FailoverOptions) *sentinel
 		}
 		// A data node's dial outside the hook: before it was in.
 		dial := func(ctx context.Context, network, _ string) (net.Conn, error) { return base(ctx, network, addr) }
-		return m.dialWith(dial, o)(ctx, network, failoverTarget)
+		return wrapFailover(m.dialWith(dial, o)(ctx, network, failoverTarget))
 	}
 	return fs
 }
