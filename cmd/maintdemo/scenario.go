@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -28,6 +29,9 @@ type scenario struct {
 	// span is how long after the event the disturbance lasts: the "during"
 	// latency interval ends there, and the run goes on a little longer.
 	span func(s *settings) time.Duration
+	// run and print, when set, replace the common run and add to its table (failover.go).
+	run   func(rn *runner, sc *scenario, k clientKind, maxRetries int) (*runResult, error)
+	print func(w io.Writer, sr *scenarioReport)
 }
 
 // shards is the shard list of MIGRATING and MIGRATED (its real content is
