@@ -24,7 +24,7 @@ import (
 
 // failoverCloseCap bounds how long a close that go-redis asked for waits
 // for owed replies.
-const failoverCloseCap = 10 * time.Second
+var failoverCloseCap = 10 * time.Second // a variable for tests
 
 // failoverConn is a failover client's data-node connection: maint's conn
 // whose Close, while replies are owed, waits for them.
