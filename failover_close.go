@@ -31,6 +31,7 @@ var failoverCloseCap = 10 * time.Second // a variable for tests
 type failoverConn struct {
 	*conn
 	closeWanted atomic.Bool
+	readFailed  atomic.Bool // a Read returned an error: go-redis gives up on the connection
 }
 
 // wrapFailover wraps c, a connection maint watches, in a failoverConn;
@@ -46,6 +47,9 @@ func wrapFailover(c net.Conn, err error) (net.Conn, error) {
 // replies were owed once none is.
 func (f *failoverConn) Read(p []byte) (int, error) {
 	n, err := f.conn.Read(p)
+	if err != nil {
+		f.readFailed.Store(true)
+	}
 	if f.closeWanted.Load() && f.conn.owed() <= 0 {
 		_ = f.conn.Close()
 	}
@@ -54,9 +58,10 @@ func (f *failoverConn) Read(p []byte) (int, error) {
 
 // Close closes the connection now if it owes no reply (or what it owes is
 // unknown, or one blocking command, which go-redis runs again safely: see
-// closable); otherwise when the replies are read, or at failoverCloseCap.
+// closable), or if a read failed on it (go-redis gave up on it: a timeout);
+// otherwise when the replies are read, or at failoverCloseCap.
 func (f *failoverConn) Close() error {
-	if ok, _ := f.conn.closable(); ok || f.conn.owed() < 0 {
+	if ok, _ := f.conn.closable(); ok || f.conn.owed() < 0 || f.readFailed.Load() {
 		return f.conn.Close()
 	}
 	if f.closeWanted.Swap(true) {

@@ -28,8 +28,8 @@ func wrapFlag(t *testing.T, m *Maint, script []byte) (*conn, *closeFlagConn) {
 func closedRaw(raw *closeFlagConn) bool { return raw.shut.Load() }
 
 // A failover connection that go-redis closes while a reply is owed closes
-// once the reply is read; one that owes nothing closes at once; one whose
-// reply never comes closes at failoverCloseCap.
+// once the reply is read; one that owes nothing, or whose read failed,
+// closes at once; one whose reply never comes closes at failoverCloseCap.
 func TestFailoverConnDefersCloseWhileOwed(t *testing.T) {
 	m := New()
 	defer m.Close()
@@ -51,6 +51,15 @@ func TestFailoverConnDefersCloseWhileOwed(t *testing.T) {
 	f = &failoverConn{conn: c}
 	require.NoError(t, f.Close())
 	assert.True(t, closedRaw(raw), "idle: closed at once")
+
+	c, raw = wrapFlag(t, m, nil) // the reply never comes: the read fails
+	f = &failoverConn{conn: c}
+	_, err = f.Write(ping)
+	require.NoError(t, err)
+	_, err = f.Read(buf)
+	require.Error(t, err)
+	require.NoError(t, f.Close())
+	assert.True(t, closedRaw(raw), "a read failed (go-redis gave up on it): closed at once")
 
 	defer func(d time.Duration) { failoverCloseCap = d }(failoverCloseCap)
 	failoverCloseCap = 50 * time.Millisecond
