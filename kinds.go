@@ -10,33 +10,31 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The options route for every go-redis client kind.
+// Group is a set of Maints for one or more go-redis clients, of any kind:
+// one Maint for a *redis.Client or a failover client, one per node client
+// for a *redis.ClusterClient or a *redis.Ring. It is the options route for
+// every kind: its Configure methods prepare a kind's options before the
+// client exists, so that every connection of every node client is watched
+// from the first dial and go-redis's built-in handler stays off; its New
+// methods are the Configure method and the go-redis constructor in one
+// call; Instrument installs maint on a client that exists already.
 //
-// A Group holds the Maints of one or more go-redis clients: one per node
-// client. Its Configure methods prepare a kind's options before the client
-// exists, so that every connection of every node client is watched from the
-// first dial and go-redis's built-in handler stays off; its New methods are
-// the Configure method and the go-redis constructor in one call.
-//
-//	kind               options route                        existing client
-//	*redis.Client      g.NewClient(opt) / g.Configure(opt)  g.Instrument(rdb)
-//	Cluster            g.NewClusterClient(opt)              g.Instrument(rdb)
-//	Ring               g.NewRing(opt)                       g.Instrument(rdb)
-//	Failover           g.NewFailoverClient(opt)             g.Instrument(rdb)
-//	Universal          g.NewUniversalClient(opt)            g.Instrument(rdb)
+//	kind        options route                                 existing client
+//	Client      g.NewClient(opt), or g.Configure + AddHook    g.Instrument(rdb)
+//	Cluster     g.NewClusterClient(opt)                       g.Instrument(rdb)
+//	Ring        g.NewRing(opt)                                g.Instrument(rdb)
+//	Failover    g.NewFailoverClient(opt)                      g.Instrument(rdb)
+//	Universal   g.NewUniversalClient(opt)                     g.Instrument(rdb)
 //
 // Cluster and Ring options get one Maint per node client through their
 // NewClient field (the application's own NewClient, if set, still creates
 // the node client): the node's *redis.Options are configured before the
 // node client exists, and the Maint is added to it as a hook. A failover
-// client (Discovery Service, Sentinel) gets one Maint for its data nodes;
-// its sentinel connections are never wrapped and never receive the
-// handshake.
-
-// Group is a set of Maints: one for a *redis.Client, one per node client for
-// a *redis.ClusterClient or a *redis.Ring. The Maints of node clients that
-// go-redis closes are closed and forgotten (their counters stay in Stats).
-// It is safe for concurrent use.
+// client (Redis Sentinel, Redis Enterprise's Discovery Service) gets one
+// Maint for its data nodes; its sentinel connections are never wrapped and
+// never receive the handshake. The Maints of Ring shard clients that the
+// Ring closes are closed and forgotten, their counters kept in Stats.
+// A Group is safe for concurrent use. Close it after its clients.
 type Group struct {
 	opts []Option
 
@@ -273,6 +271,7 @@ type liveHook struct {
 	dialing atomic.Int64
 }
 
+// DialHook notes dials, and dials in flight.
 func (h *liveHook) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		h.dialing.Add(1)
@@ -282,6 +281,7 @@ func (h *liveHook) DialHook(next redis.DialHook) redis.DialHook {
 	}
 }
 
+// ProcessHook notes commands.
 func (h *liveHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if !h.seen.Load() {
@@ -291,6 +291,7 @@ func (h *liveHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
+// ProcessPipelineHook adds nothing: the heartbeat sends single commands.
 func (h *liveHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
@@ -402,6 +403,12 @@ func (g *Group) forget(mb *member) {
 	}
 	if mb.cli != nil && g.byCli[mb.cli] == mb {
 		delete(g.byCli, mb.cli)
+	}
+	for _, cs := range g.obs.fs { // the observers' subscriptions to mb go with it
+		if c := cs[mb.m]; c != nil {
+			c()
+			delete(cs, mb.m)
+		}
 	}
 	g.detachLocked(mb.m)
 	g.mu.Unlock()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"net"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -79,35 +81,48 @@ type failoverHook struct {
 	fs *sentinelSet // nil when FailoverOptions.Dialer is not maint's (Instrument)
 }
 
-// sentinelSet is the sentinel addresses a failover route knows: the
-// configured ones and the ones learned under the hook. Under the hook,
-// FailoverOptions.Dialer is asked for sentinels first (the lookups nested in
-// masterReplicaDialer, each complete before the next) and for the master
-// last: an address is a sentinel's once the same data-node dial asks for
-// another after it, and the master's when the dial ends with it. While an
-// address is undecided, a dial to it outside the hook (a sentinel client's
-// MinIdleConns dial, started as its lookup begins) waits for the verdict.
+// sentinelSet tells the dials outside the failover hook apart: sentinels'
+// or data nodes' dialled before the hook was in.
+//
+// Under the hook, FailoverOptions.Dialer is asked for sentinels first (the
+// lookups nested in masterReplicaDialer, each complete before the next) and
+// for the master last: an address is a sentinel's once the same data-node
+// dial asks for another after it. Outside the hook, an address is a
+// sentinel's if it is configured or learned so; a dial to an address a dial
+// under the hook has just asked for waits for the verdict. Any other
+// address is a data node's before the hook is in, and for a grace after it
+// (DialTimeout + ReadTimeout: data-node dials started before AddHook reach
+// the Dialer after their sentinel lookups); past the grace, every dial
+// outside the hook is a sentinel's (a discovered sentinel's client: go-redis
+// dials data nodes only through the hook, now).
 type sentinelSet struct {
 	mu      sync.Mutex
 	known   map[string]bool
-	pending map[string]*pendingAddr
+	pending map[string]int // addresses some dial under the hook asked for last
+	changed chan struct{}  // closed and replaced at every change
+	hooked  atomic.Int64   // mono: when the hook went in (0: not yet)
+	grace   time.Duration
 }
 
-type pendingAddr struct {
-	n    int
-	done chan struct{}
-}
-
-func newSentinelSet(addrs []string) *sentinelSet {
-	s := &sentinelSet{known: make(map[string]bool), pending: make(map[string]*pendingAddr)}
-	for _, a := range addrs {
+func newSentinelSet(opt *redis.FailoverOptions) *sentinelSet {
+	s := &sentinelSet{known: make(map[string]bool), pending: make(map[string]int), changed: make(chan struct{})}
+	for _, a := range opt.SentinelAddrs {
 		s.known[a] = true
 	}
+	dial, read := opt.DialTimeout, opt.ReadTimeout
+	if dial <= 0 {
+		dial = 5 * time.Second
+	}
+	if read <= 0 {
+		read = 3 * time.Second
+	}
+	s.grace = dial + read
 	return s
 }
 
-// isSentinel reports whether addr is a sentinel's, waiting (bounded by ctx)
-// while a data-node dial under the hook has yet to say.
+// isSentinel reports whether addr, dialled outside the hook, is a
+// sentinel's, waiting (bounded by ctx) while a dial under the hook may still
+// say.
 func (s *sentinelSet) isSentinel(ctx context.Context, addr string) bool {
 	for {
 		s.mu.Lock()
@@ -115,27 +130,25 @@ func (s *sentinelSet) isSentinel(ctx context.Context, addr string) bool {
 			s.mu.Unlock()
 			return true
 		}
-		p := s.pending[addr]
-		s.mu.Unlock()
-		if p == nil {
-			return false
+		if s.pending[addr] == 0 {
+			s.mu.Unlock()
+			h := s.hooked.Load()
+			return h != 0 && time.Duration(monoNow()-h) >= s.grace
 		}
+		ch := s.changed
+		s.mu.Unlock()
 		select {
-		case <-p.done:
+		case <-ch:
 		case <-ctx.Done():
 			return false
 		}
 	}
 }
 
-// resolveLocked ends one undecided use of addr. s.mu is held.
-func (s *sentinelSet) resolveLocked(addr string) {
-	if p := s.pending[addr]; p != nil {
-		if p.n--; p.n == 0 {
-			close(p.done)
-			delete(s.pending, addr)
-		}
-	}
+// changedLocked wakes the dials waiting in isSentinel. s.mu is held.
+func (s *sentinelSet) changedLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
 }
 
 // failoverDialKey marks a data-node dial under the failover hook; its value
@@ -147,6 +160,9 @@ type failoverDial struct {
 	last string // the address asked for last: undecided
 }
 
+// begin records a data-node dial under the hook.
+func (s *sentinelSet) begin() *failoverDial { return &failoverDial{s: s} }
+
 // add records that the dial asks for addr: the one asked for before was a
 // sentinel's.
 func (d *failoverDial) add(addr string) {
@@ -157,15 +173,11 @@ func (d *failoverDial) add(addr string) {
 		if d.last != addr {
 			s.known[d.last] = true
 		}
-		s.resolveLocked(d.last)
+		s.unpendLocked(d.last)
 	}
 	d.last = addr
-	p := s.pending[addr]
-	if p == nil {
-		p = &pendingAddr{done: make(chan struct{})}
-		s.pending[addr] = p
-	}
-	p.n++
+	s.pending[addr]++
+	s.changedLocked()
 }
 
 // end records that the dial is over: the address asked for last was the
@@ -175,14 +187,24 @@ func (d *failoverDial) end() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if d.last != "" {
-		s.resolveLocked(d.last)
+		s.unpendLocked(d.last)
 		d.last = ""
+	}
+	s.changedLocked()
+}
+
+func (s *sentinelSet) unpendLocked(addr string) {
+	if s.pending[addr]--; s.pending[addr] <= 0 {
+		delete(s.pending, addr)
 	}
 }
 
 // DialHook wraps the data nodes' dials, all under failoverTarget: go-redis
 // dials them at failoverAddr, whatever the master's address is.
 func (h failoverHook) DialHook(next redis.DialHook) redis.DialHook {
+	if h.fs != nil {
+		h.fs.hooked.CompareAndSwap(0, monoNow())
+	}
 	d := h.Maint.dialWith(func(ctx context.Context, network, _ string) (net.Conn, error) {
 		return next(ctx, network, failoverAddr)
 	}, h.o)
@@ -190,7 +212,7 @@ func (h failoverHook) DialHook(next redis.DialHook) redis.DialHook {
 		if h.fs == nil {
 			return wrapFailover(d(ctx, network, failoverTarget))
 		}
-		fd := &failoverDial{s: h.fs}
+		fd := h.fs.begin()
 		c, err := d(context.WithValue(ctx, failoverDialKey{}, fd), network, failoverTarget)
 		fd.end()
 		return wrapFailover(c, err)
@@ -221,7 +243,7 @@ func configureFailover(g *Group, m *Maint, opt *redis.FailoverOptions) *sentinel
 	if !claimKind(g, opt) {
 		return nil
 	}
-	fs := newSentinelSet(opt.SentinelAddrs)
+	fs := newSentinelSet(opt)
 	base := opt.Dialer
 	if base == nil {
 		tlsCfg, timeout := opt.TLSConfig, opt.DialTimeout

@@ -2,6 +2,8 @@ package maint_test
 
 import (
 	"context"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -118,11 +120,26 @@ func TestDiscoveredSentinelIsNeverWrapped(t *testing.T) {
 	require.NoError(t, err)
 	g := maint.NewGroup(maint.WithLogf(t.Logf))
 	defer g.Close()
-	rdb := g.NewFailoverClient(dsOptions(ds, -1))
+	opt := dsOptions(ds, -1)
+	opt.DialTimeout, opt.ReadTimeout = 200*time.Millisecond, time.Second
+	rdb := g.NewFailoverClient(opt)
 	defer rdb.Close()
 	ctx := context.Background()
 	require.NoError(t, rdb.Ping(ctx).Err())
+	// Past the grace after the hook went in (DialTimeout + ReadTimeout),
+	// during which an unknown address outside the hook is taken for a data
+	// node dialled before it.
+	time.Sleep(1500 * time.Millisecond)
 	ds.RefuseNew(true)
+	// go-redis's pool keeps a goroutine redialling a sentinel that refused,
+	// a second apart, until a dial succeeds or the pool is closed: wait for
+	// it to end before goleak looks.
+	t.Cleanup(func() {
+		waitFor(t, "go-redis's redial goroutines to end", 10*time.Second, func() bool {
+			buf := make([]byte, 1<<20)
+			return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "pool.(*ConnPool).tryDial")
+		})
+	})
 	ds.CloseAll()
 	e.old.CloseAll() // the next data-node dial asks the sentinels again: the peer answers
 	waitFor(t, "the peer asked", 10*time.Second, func() bool {
