@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -54,6 +56,38 @@ func TestFailoverScenarioCheck(t *testing.T) {
 			t.Errorf("MaxRetries %d: verified writes: %+v", r.MaxRetries, fs)
 		case fs.SentinelHandshakes != 0 || fs.OptedIn == 0 || fs.BuiltinMode != "disabled" || len(fs.Events) != 2:
 			t.Errorf("MaxRetries %d: %+v", r.MaxRetries, fs)
+		}
+	}
+}
+
+// TestFailoverTextReport renders the failover scenario's rows from fixed
+// results.
+func TestFailoverTextReport(t *testing.T) {
+	s, err := parseFlags([]string{"--scenario", "failover"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.scenarios) != 1 || s.scenarios[0] != failoverScenario {
+		t.Fatalf("scenarios: %v", s.scenarios)
+	}
+	one, after := 1.0, 105.0
+	sr := &scenarioReport{Name: "failover", Summary: "test", sc: failoverScenario}
+	for _, k := range allClients {
+		for _, retries := range []int{-1, 3} {
+			fs := &failoverStats{BuiltinMode: "disabled", Duplicated: int64(2 - int(k)), SentinelHandshakes: 0, OptedIn: 7 * int(k),
+				Events: []failoverEvent{{Name: "MOVING", QueriesRetiring: 100}, {Name: "failover", QueriesRetiring: 3, LastServedAfter: &after}}}
+			sr.Runs = append(sr.Runs, &runResult{kind: k, Client: k.String(), MaxRetries: retries, OK: 10,
+				Timeline: timeline{Event: &one, DuringEnd: 6.5}, Failover: fs})
+		}
+	}
+	var b bytes.Buffer
+	printScenario(&b, s, sr)
+	out := b.String()
+	for _, want := range []string{"failover client (Discovery Service)", "go-redis built-in handler mode (forced)", "disabled",
+		"writes run twice (verified), MaxRetries 3", "MOVING: queries naming the retiring master, MaxRetries -1",
+		"failover: its last command, ms after the switch", "+105", "handshakes sent to the Discovery Service"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
 		}
 	}
 }
