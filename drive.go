@@ -55,6 +55,9 @@ func (c *conn) onNotification(frame []byte) {
 		m.relax(c.n, nt)
 	case resp.KindMigrated, resp.KindFailedOver:
 		m.relaxEnd(c.n, nt)
+		if nt.Kind == resp.KindFailedOver && m.s.failedOver != nil {
+			m.s.failedOver(c)
+		}
 	case resp.KindSMigrated:
 		m.relaxEnd(c.n, nt)
 		if cs := m.s.cluster; cs != nil {
