@@ -178,12 +178,18 @@ func TestFailoverClientMovingOfTheMaster(t *testing.T) {
 // runs twice.
 func TestFailoverClientFailoverOfTheMaster(t *testing.T) {
 	cases := []struct {
-		route   string
-		retries int
-	}{{"Options", -1}, {"Options", 0}, {"Instrument", -1}}
+		route    string
+		retries  int
+		noPubSub bool
+	}{{"Options", -1, false}, {"Options", 0, false}, {"Instrument", -1, false}, {"Options", -1, true}, {"Options", 0, true}}
 	for _, c := range cases {
-		t.Run(c.route+"/"+retriesName(c.retries), func(t *testing.T) {
+		name := c.route + "/" + retriesName(c.retries)
+		if c.noPubSub {
+			name += "/NoSwitchMessages"
+		}
+		t.Run(name, func(t *testing.T) {
 			r := startFailoverRun(t, c.route, c.retries)
+			r.ds.SetSwitchMessages(!c.noPubSub)
 			r.ds.Failover(mainttest.Failover{To: r.e.new, SwitchAfter: time.Second,
 				RefuseOld: true, CloseOld: true, CloseOldAfter: 500 * time.Millisecond})
 			switched := r.switchedAt(10 * time.Second)
@@ -196,4 +202,25 @@ func TestFailoverClientFailoverOfTheMaster(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A failover behind the endpoint: FAILING_OVER and FAILED_OVER on the master
+// while the Discovery Service keeps naming it. maint asks the service at
+// FAILED_OVER, finds the same node, and retires nothing: the load stays on
+// the master, no command fails.
+func TestFailoverClientFailedOverSameMasterRetiresNothing(t *testing.T) {
+	r := startFailoverRun(t, "Options", -1)
+	r.e.old.FailingOver(0, "1")
+	waitFor(t, "FAILING_OVER read", 5*time.Second, func() bool { return r.g.Stats().Relaxations > 0 })
+	r.e.old.FailedOver("1")
+	before := r.ds.Stats().MasterQueries
+	waitFor(t, "the service asked after FAILED_OVER", 5*time.Second, func() bool { return r.ds.Stats().MasterQueries > before })
+	served := r.e.old.Stats().Served
+	waitFor(t, "load on the master", 10*time.Second, func() bool { return r.e.old.Stats().Served > served+300 })
+	r.incr.stop()
+	r.open.stop()
+	r.incr.check(t, r.e.emu.Miniredis(), failoverPrefix)
+	assert.Zero(t, r.open.failed.Load())
+	assert.Zero(t, r.g.Stats().Retired, "connections retired though the service names the same master")
+	assert.Zero(t, r.e.new.Stats().Opened, "connections to another node")
 }
