@@ -25,7 +25,7 @@ func TestFailoverScenarioCheck(t *testing.T) {
 	defer errf.Close()
 	var out bytes.Buffer
 	code := run([]string{"--scenario", "failover", "--clients", "maint", "--maint-route", "configure", "--window", "1s",
-		"--before", "500ms", "--goroutines", "512", "--rate", "400", "--pool", "8", "--json", "--check"}, &out, errf)
+		"--before", "500ms", "--goroutines", "4096", "--rate", "400", "--pool", "8", "--json", "--check"}, &out, errf)
 	if code != 0 {
 		stderr, _ := os.ReadFile(errf.Name())
 		t.Fatalf("exit %d; stderr:\n%s\noutput:\n%s", code, stderr, out.String())
