@@ -182,7 +182,7 @@ type settings struct {
 	cluster *clusterState
 	// failedOver, set on a failover client's Maint, runs at FAILED_OVER
 	// (failover_switch.go).
-	failedOver func(c *conn)
+	failedOver func(c *conn, seq int64)
 }
 
 func (c Config) settings() settings {

@@ -56,7 +56,7 @@ func (c *conn) onNotification(frame []byte) {
 	case resp.KindMigrated, resp.KindFailedOver:
 		m.relaxEnd(c.n, nt)
 		if nt.Kind == resp.KindFailedOver && m.s.failedOver != nil {
-			m.s.failedOver(c)
+			m.s.failedOver(c, nt.Seq)
 		}
 	case resp.KindSMigrated:
 		m.relaxEnd(c.n, nt)

@@ -3,6 +3,7 @@ package maint
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -25,9 +26,27 @@ import (
 // failedOverProbeTimeout bounds the dial through the sentinels.
 const failedOverProbeTimeout = 2 * time.Second
 
-// failedOverSwitch handles FAILED_OVER read on c: it must not block (it
-// runs on the goroutine reading c).
-func failedOverSwitch(c *conn) {
+// failedOverSwitch returns a failover Maint's FAILED_OVER handler: one
+// dial through the sentinels per node and notification (the server sends
+// FAILED_OVER on every opted-in connection), off the goroutine reading c.
+func failedOverSwitch() func(c *conn, seq int64) {
+	var mu sync.Mutex
+	probed := make(map[*node]int64) // the last seq probed per node: the masters the Maint saw
+	return func(c *conn, seq int64) {
+		mu.Lock()
+		if last, ok := probed[c.n]; ok && last == seq {
+			mu.Unlock()
+			return
+		}
+		probed[c.n] = seq
+		mu.Unlock()
+		failedOverProbe(c)
+	}
+}
+
+// failedOverProbe asks the sentinels where the master is now and retires
+// c's node if it is elsewhere.
+func failedOverProbe(c *conn) {
 	m, n, old := c.m, c.n, c.remote
 	m.goBackground(func() {
 		t := m.target(failoverTarget)

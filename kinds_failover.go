@@ -68,7 +68,7 @@ func setFailover(m *Maint) {
 		m.s.endpoint = "none"
 	}
 	m.s.allow = func(string) bool { return false } // the dialer asks the sentinels, not the successor
-	m.s.failedOver = failedOverSwitch
+	m.s.failedOver = failedOverSwitch()
 	if m.s.handshake == HandshakeRequired {
 		m.s.handshake = HandshakeAuto
 	}
