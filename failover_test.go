@@ -212,6 +212,7 @@ func TestFailoverClientFailedOverSameMasterRetiresNothing(t *testing.T) {
 	r := startFailoverRun(t, "Options", -1)
 	r.e.old.FailingOver(0, "1")
 	waitFor(t, "FAILING_OVER read", 5*time.Second, func() bool { return r.g.Stats().Relaxations > 0 })
+	failedOver := time.Now()
 	r.e.old.FailedOver("1")
 	before := r.ds.Stats().MasterQueries
 	waitFor(t, "the service asked after FAILED_OVER", 5*time.Second, func() bool { return r.ds.Stats().MasterQueries > before })
@@ -223,4 +224,13 @@ func TestFailoverClientFailedOverSameMasterRetiresNothing(t *testing.T) {
 	assert.Zero(t, r.open.failed.Load())
 	assert.Zero(t, r.g.Stats().Retired, "connections retired though the service names the same master")
 	assert.Zero(t, r.e.new.Stats().Opened, "connections to another node")
+	queries := 0
+	for _, ev := range r.e.emu.Events() {
+		if ev.Kind == mainttest.KindSentinelQuery && ev.At.After(failedOver) {
+			queries++
+		}
+	}
+	// FAILED_OVER comes on each of the master's opted-in connections: one
+	// question to the service for all of them.
+	assert.Equal(t, 1, queries, "queries to the service after FAILED_OVER")
 }
