@@ -180,6 +180,9 @@ type settings struct {
 	// cluster is shared by the Maints of one cluster's node clients
 	// (cluster.go); nil outside a cluster.
 	cluster *clusterState
+	// failedOver, set on a failover client's Maint, runs at FAILED_OVER
+	// (failover_switch.go).
+	failedOver func(c *conn, seq int64)
 }
 
 func (c Config) settings() settings {

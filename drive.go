@@ -60,6 +60,9 @@ func (c *conn) onNotification(frame []byte) {
 		}
 	case resp.KindMigrated, resp.KindFailedOver:
 		m.relaxEnd(c.n, nt)
+		if nt.Kind == resp.KindFailedOver && m.s.failedOver != nil {
+			m.s.failedOver(c, nt.Seq)
+		}
 	case resp.KindSMigrated:
 		m.relaxEnd(c.n, nt)
 		if cs := m.s.cluster; cs != nil {

@@ -204,8 +204,8 @@ func (g *Group) fill(cli *redis.Client, m *Maint, live *liveHook) {
 	}
 	mb := &member{m: m, cli: cli, live: live}
 	g.ms = append(g.ms, mb)
-	g.byCli[cli] = mb
 	g.attachLocked(m)
+	g.byCli[cli] = mb
 	g.mu.Unlock()
 }
 

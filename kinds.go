@@ -60,11 +60,11 @@ type Group struct {
 	// a minute after the reload (TestContractClusterNodeGC).
 	clusterGone time.Duration
 
+	obs groupObservers // observers (observe.go), guarded by mu
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-
-	obs groupObservers // observers (observe.go), guarded by mu
 }
 
 // member is one Maint of a group, and what tells whether its node client
@@ -106,10 +106,10 @@ func (g *Group) add(m *Maint, cli *redis.Client, live *liveHook) bool {
 	}
 	mb := &member{m: m, cli: cli, live: live}
 	g.ms = append(g.ms, mb)
+	g.attachLocked(m)
 	if cli != nil {
 		g.byCli[cli] = mb
 	}
-	g.attachLocked(m)
 	g.mu.Unlock()
 	return true
 }
@@ -448,6 +448,7 @@ func (g *Group) forget(mb *member) {
 			delete(cs, mb.m)
 		}
 	}
+	g.detachLocked(mb.m)
 	g.mu.Unlock()
 	_ = mb.m.Close()
 	st := mb.m.Stats()

@@ -68,6 +68,7 @@ func setFailover(m *Maint) {
 		m.s.endpoint = "none"
 	}
 	m.s.allow = func(string) bool { return false } // the dialer asks the sentinels, not the successor
+	m.s.failedOver = failedOverSwitch()
 	if m.s.handshake == HandshakeRequired {
 		m.s.handshake = HandshakeAuto
 	}
@@ -210,12 +211,12 @@ func (h failoverHook) DialHook(next redis.DialHook) redis.DialHook {
 	}, h.o)
 	return func(ctx context.Context, network, _ string) (net.Conn, error) {
 		if h.fs == nil {
-			return d(ctx, network, failoverTarget)
+			return wrapFailover(d(ctx, network, failoverTarget))
 		}
 		fd := h.fs.begin()
 		c, err := d(context.WithValue(ctx, failoverDialKey{}, fd), network, failoverTarget)
 		fd.end()
-		return c, err
+		return wrapFailover(c, err)
 	}
 }
 
@@ -259,7 +260,7 @@ func configureFailover(g *Group, m *Maint, opt *redis.FailoverOptions) *sentinel
 		}
 		// A data node's dial outside the hook: before it was in.
 		dial := func(ctx context.Context, network, _ string) (net.Conn, error) { return base(ctx, network, addr) }
-		return m.dialWith(dial, o)(ctx, network, failoverTarget)
+		return wrapFailover(m.dialWith(dial, o)(ctx, network, failoverTarget))
 	}
 	return fs
 }

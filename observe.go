@@ -70,6 +70,15 @@ func (g *Group) Observe(f func(Event)) (cancel func()) {
 	}
 }
 
+// detachLocked forgets the subscriptions of the group's observers to m, a
+// Maint leaving the group (it is being closed), so that a group whose node
+// clients come and go keeps bounded memory. g.mu is held.
+func (g *Group) detachLocked(m *Maint) {
+	for _, cs := range g.obs.fs {
+		delete(cs, m)
+	}
+}
+
 // attachLocked subscribes the group's observers to m, a Maint joining the
 // group: every place that adds a Maint to the group calls it, with g.mu
 // held.

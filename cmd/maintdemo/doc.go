@@ -81,6 +81,16 @@
 //	                p99 before and during, slow writes sent; JSON under
 //	                "reshard". --check also fails on a write maint ran twice
 //	                or lost there.
+//	failover        go-redis's FailoverClient through an emulated Discovery
+//	                Service (three nodes): a null MOVING of the master named
+//	                0.5s after the window, then a failover (FAILING_OVER,
+//	                replies 200ms slow, switch 1s later, the old master
+//	                refusing and closing 0.5s after); SET, GET and INCR
+//	                verified against the backend (failover.go). go-redis
+//	                forces its built-in handler off for failover clients, so
+//	                "builtin" is "none" with the mode shown; maint goes
+//	                through a Group (Instrument, or NewFailoverClient with
+//	                --maint-route configure)
 //
 // The default is null-dns-late, which takes about 25 seconds; all takes about
 // two minutes. --scenario soak runs the soak instead (see below).
@@ -227,6 +237,12 @@
 //	              old_conns_opened_after_event, server_closed, replies_lost,
 //	              old_served, new_served; load_end and during_end
 //	  blocking    sent_at, pushed_at, done_at, value, error
+//	  failover    (failover scenario) builtin_mode, duplicated_writes,
+//	              lost_writes, mixed_up_replies, sentinel_handshakes,
+//	              data_conns_opted_in, events[] {name, queries_naming_
+//	              retiring_master, conns_accepted_by_retiring_master,
+//	              retiring_last_served_after_switch_ms, server_closed,
+//	              replies_lost}
 //	maint_failed  commands maint failed over all runs
 //	maint_not_started  commands of maint's runs not started
 //	maint_runs    runs of the maint client

@@ -69,7 +69,7 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 		scenarioF string
 		clientsF  string
 	)
-	fs.StringVar(&scenarioF, "scenario", "null-dns-late", "scenarios to run, comma-separated: named, null-dns-early, null-dns-late, migrating, blocking, reshard (ClusterClient), or all; or soak alone (a seeded random sequence of events with verified writes)")
+	fs.StringVar(&scenarioF, "scenario", "null-dns-late", "scenarios to run, comma-separated: named, null-dns-early, null-dns-late, migrating, blocking, reshard (ClusterClient), failover (FailoverClient), or all; or soak alone (a seeded random sequence of events with verified writes)")
 	fs.StringVar(&clientsF, "clients", "all", "clients to compare, comma-separated: none (no handler), builtin (go-redis's handler), maint, or all")
 	fs.IntVar(&s.goroutines, "goroutines", 4096, "most commands in flight at once, each on its own goroutine; a command due when this many are in flight is not started (and counted so)")
 	fs.IntVar(&s.rate, "rate", 2000, "commands per second, scheduled open loop: each starts on time whatever is in flight")

@@ -233,6 +233,9 @@ func printScenario(w io.Writer, s *settings, sr *scenarioReport) {
 			}
 		}
 	}
+	if sc.print != nil {
+		sc.print(w, sr)
+	}
 	printErrors(w, cols)
 }
 

@@ -111,14 +111,15 @@ type runResult struct {
 	// NotStarted counts commands due while --goroutines were in flight.
 	NotStarted int64 `json:"not_started"`
 	// Unfinished counts commands still in flight endGrace after the end.
-	Unfinished int64         `json:"unfinished"`
-	Errors     []errorCount  `json:"errors,omitempty"`
-	Timeline   timeline      `json:"timeline"`
-	Before     latency       `json:"latency_before"`
-	During     latency       `json:"latency_during"`
-	Blocking   *blockingCall `json:"blocking,omitempty"`
-	Maint      *maintStats   `json:"maint,omitempty"`
-	Builtin    *builtinStats `json:"builtin,omitempty"`
+	Unfinished int64          `json:"unfinished"`
+	Errors     []errorCount   `json:"errors,omitempty"`
+	Timeline   timeline       `json:"timeline"`
+	Before     latency        `json:"latency_before"`
+	During     latency        `json:"latency_during"`
+	Blocking   *blockingCall  `json:"blocking,omitempty"`
+	Maint      *maintStats    `json:"maint,omitempty"`
+	Builtin    *builtinStats  `json:"builtin,omitempty"`
+	Failover   *failoverStats `json:"failover,omitempty"`
 
 	kind clientKind
 }
@@ -201,6 +202,9 @@ type runner struct {
 // run plays scenario sc once for client k with maxRetries (0: go-redis's
 // default) against a fresh emulated database.
 func (rn *runner) run(sc *scenario, k clientKind, maxRetries int) (*runResult, error) {
+	if sc.run != nil {
+		return sc.run(rn, sc, k, maxRetries)
+	}
 	s := rn.s
 	d, err := openDatabase(s, 2)
 	if err != nil {

@@ -33,6 +33,9 @@ type scenario struct {
 	// ClusterClient) instead of the runs above: it prints its table and
 	// adds to rep itself.
 	alone func(rn *runner, rep *report, stdout io.Writer) error
+	// run and print, when set, replace the common run and add to its table (failover.go).
+	run   func(rn *runner, sc *scenario, k clientKind, maxRetries int) (*runResult, error)
+	print func(w io.Writer, sr *scenarioReport)
 }
 
 // shards is the shard list of MIGRATING and MIGRATED (its real content is

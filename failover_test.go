@@ -1,0 +1,236 @@
+package maint_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/maintkit/maint"
+	"github.com/maintkit/maint/mainttest"
+)
+
+// The proofs of issue 10 for go-redis's FailoverClient through the emulated
+// Discovery Service: a MOVING of the master and a failover that changes it,
+// under load with verified writes (INCR, every acknowledgement counted) and
+// an open-loop SET load, with maint installed by the options route
+// (Group.NewFailoverClient) or on the existing client (Group.Instrument).
+
+// failoverRun is one FailoverClient with maint under load against e's
+// Discovery Service.
+type failoverRun struct {
+	t    *testing.T
+	e    *env
+	ds   *mainttest.Sentinel
+	g    *maint.Group
+	rdb  *redis.Client
+	ev   *eventLog
+	incr *incrLoad
+	open *openLoad
+	// minIdle is the client's MinIdleConns.
+	minIdle int
+}
+
+const failoverPrefix = "fo:"
+
+// startFailoverRun builds the client (route "Options" or "Instrument"),
+// checks it serves, and starts the loads; it returns once the old master
+// has served some of them.
+func startFailoverRun(t *testing.T, route string, retries int) *failoverRun {
+	e := newEnv(t)
+	r := &failoverRun{t: t, e: e, ds: e.newDiscovery(), ev: &eventLog{}}
+	r.g = maint.NewGroup(maint.WithLogf(t.Logf), maint.WithOnEvent(r.ev.add))
+	opt := dsOptions(r.ds, retries)
+	opt.PoolSize = 16
+	switch route {
+	case "Options":
+		r.rdb = r.g.NewFailoverClient(opt)
+	case "Instrument":
+		opt.MinIdleConns = 0 // nothing dialled before Instrument
+		r.rdb = redis.NewFailoverClient(opt)
+		require.NoError(t, r.g.Instrument(r.rdb))
+	default:
+		t.Fatalf("route %q", route)
+	}
+	r.minIdle = opt.MinIdleConns
+	t.Cleanup(func() {
+		_ = r.rdb.Close()
+		_ = r.g.Close()
+	})
+	require.NoError(t, r.rdb.Ping(context.Background()).Err())
+	r.incr = startIncr(r.rdb, 8, failoverPrefix)
+	r.open = startOpenLoad(r.rdb, 400, 4096)
+	waitFor(t, "load on the old master", 10*time.Second, func() bool { return e.old.Stats().Served > 300 })
+	return r
+}
+
+// finish waits for the load to be served by the new master after the
+// Discovery Service names it, stops the load and checks what every run
+// must show: no failed command, no write lost or run twice, the sentinels
+// never wrapped nor sent the handshake, the data nodes opted in.
+//
+// After switched, the old master may serve only for slack: the replies it
+// owed at the switch.
+func (r *failoverRun) finish(switched time.Time, slack time.Duration) {
+	t, e := r.t, r.e
+	before := e.new.Stats().Served
+	waitFor(t, "load on the new master", 15*time.Second, func() bool { return e.new.Stats().Served > before+300 })
+	r.incr.stop()
+	r.open.stop()
+	st := r.g.Stats()
+	t.Logf("maint %+v\nold %+v\nnew %+v\nsentinel %+v\nopen load ok %d failed %d %v\nevents:\n%s",
+		st, e.old.Stats(), e.new.Stats(), r.ds.Stats(), r.open.ok.Load(), r.open.failed.Load(), r.open.errs, r.ev)
+	r.incr.check(t, e.emu.Miniredis(), failoverPrefix)
+	assert.Zero(t, r.open.failed.Load(), "open-loop commands failed: %v", r.open.errs)
+	assert.Zero(t, r.open.notStarted.Load(), "open-loop commands not started (4096 in flight)")
+
+	ds := r.ds.Stats()
+	assert.Zero(t, ds.Handshakes, "the Discovery Service received the handshake")
+	assert.NotZero(t, ds.MasterQueries, "the client asked the Discovery Service")
+	old, nw := e.old.Stats(), e.new.Stats()
+	assert.NotZero(t, old.OptedIn, "the old master's connections opted in")
+	assert.NotZero(t, nw.OptedIn, "the new master's connections opted in")
+	assert.Equal(t, nw.Handshakes, nw.OptedIn, "every handshake the new master read opted its connection in")
+	// The opt-in goes behind a connection's first command: only idle
+	// MinIdleConns connections may not have sent it yet.
+	assert.LessOrEqual(t, nw.Open-nw.OptedIn, r.minIdle, "connections open to the new master that did not opt in")
+	assert.Zero(t, old.OwedAtClose, "replies the old master still owed when it closed connections")
+	assert.Len(t, r.g.Maints(), 1, "one Maint for the data nodes")
+
+	// Doomed dials: the Discovery Service named the retiring master after
+	// the event (maint's probes land there). maint holds the new work
+	// meanwhile: nothing is served on the old master once the new one is
+	// named (but the replies it owed), and the load goes on there.
+	doomed := 0
+	for _, ev := range e.emu.Events() {
+		if ev.Kind == mainttest.KindSentinelQuery && ev.Detail == e.old.Addr() && ev.At.Before(switched) {
+			doomed++
+		}
+	}
+	t.Logf("queries answered with the retiring master: %d (before the switch at %s)", doomed, switched.Format("15:04:05.000"))
+	assert.False(t, old.LastServed.After(switched.Add(slack)),
+		"the old master served a command %v after the Discovery Service named the new one", old.LastServed.Sub(switched))
+}
+
+// switchedAt waits for the Discovery Service's switch and returns when it was.
+func (r *failoverRun) switchedAt(d time.Duration) time.Time {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	ev, err := r.e.emu.WaitEvent(ctx, mainttest.IsKind(nil, mainttest.KindSentinelSwitch))
+	require.NoError(r.t, err, "the Discovery Service's switch")
+	return ev.At
+}
+
+func retriesName(n int) string {
+	if n < 0 {
+		return "MaxRetries-1"
+	}
+	return "MaxRetriesDefault"
+}
+
+// A MOVING of the master, naming its successor or with a null endpoint, the
+// old master refusing connections at the window's end and the Discovery
+// Service naming the successor as the window ends or 0.5 s later: maint
+// holds the new work until the service names the new master, fails no
+// command, runs no write twice, and leaves no connection for the old master
+// to close.
+func TestFailoverClientMovingOfTheMaster(t *testing.T) {
+	const window = 2 * time.Second
+	cases := []struct {
+		route     string
+		null      bool
+		nameAfter time.Duration
+		retries   []int
+	}{
+		{"Options", false, window, []int{-1, 0}},
+		{"Options", true, window + 500*time.Millisecond, []int{-1, 0}},
+		{"Instrument", true, window, []int{-1}},
+	}
+	for _, c := range cases {
+		for _, retries := range c.retries {
+			name := fmt.Sprintf("%s/null=%v/nameAfter=%v/%s", c.route, c.null, c.nameAfter, retriesName(retries))
+			t.Run(name, func(t *testing.T) {
+				r := startFailoverRun(t, c.route, retries)
+				r.ds.Moving(mainttest.SentinelMoving{
+					Moving:    mainttest.Moving{Window: window, To: r.e.new, Null: c.null, StopAccepting: true},
+					NameAfter: c.nameAfter,
+				})
+				switched := r.switchedAt(window + 5*time.Second)
+				r.finish(switched, 0) // drained before the window's end
+				st := r.g.Stats()
+				assert.EqualValues(t, 1, st.Handoffs, "one handoff")
+				assert.Zero(t, r.e.old.Stats().ClosedAtWindowEnd, "connections the old master had to close at the window's end")
+			})
+		}
+	}
+}
+
+// A failover that changes the master, announced with FAILING_OVER on the
+// old one; a second later the Discovery Service names the promoted replica
+// (+switch-master: go-redis closes its connections to the old master, in
+// use or not), the old master refuses new connections, sends FAILED_OVER,
+// and closes what is left half a second later. No command fails, no write
+// runs twice.
+func TestFailoverClientFailoverOfTheMaster(t *testing.T) {
+	cases := []struct {
+		route    string
+		retries  int
+		noPubSub bool
+	}{{"Options", -1, false}, {"Options", 0, false}, {"Instrument", -1, false}, {"Options", -1, true}, {"Options", 0, true}}
+	for _, c := range cases {
+		name := c.route + "/" + retriesName(c.retries)
+		if c.noPubSub {
+			name += "/NoSwitchMessages"
+		}
+		t.Run(name, func(t *testing.T) {
+			r := startFailoverRun(t, c.route, c.retries)
+			r.ds.SetSwitchMessages(!c.noPubSub)
+			r.ds.Failover(mainttest.Failover{To: r.e.new, SwitchAfter: time.Second,
+				RefuseOld: true, CloseOld: true, CloseOldAfter: 500 * time.Millisecond})
+			switched := r.switchedAt(10 * time.Second)
+			r.finish(switched, 500*time.Millisecond) // the replies owed at the switch
+			assert.NotZero(t, r.g.Stats().Relaxations, "FAILING_OVER read and acted on")
+			for _, ev := range r.e.emu.Events() {
+				if ev.Kind == mainttest.KindClose && ev.Endpoint == r.e.old.Addr() && strings.Contains(ev.Detail, "owed") {
+					t.Logf("old master closed with a reply owed: %v", ev)
+				}
+			}
+		})
+	}
+}
+
+// A failover behind the endpoint: FAILING_OVER and FAILED_OVER on the master
+// while the Discovery Service keeps naming it. maint asks the service at
+// FAILED_OVER, finds the same node, and retires nothing: the load stays on
+// the master, no command fails.
+func TestFailoverClientFailedOverSameMasterRetiresNothing(t *testing.T) {
+	r := startFailoverRun(t, "Options", -1)
+	r.e.old.FailingOver(0, "1")
+	waitFor(t, "FAILING_OVER read", 5*time.Second, func() bool { return r.g.Stats().Relaxations > 0 })
+	failedOver := time.Now()
+	r.e.old.FailedOver("1")
+	before := r.ds.Stats().MasterQueries
+	waitFor(t, "the service asked after FAILED_OVER", 5*time.Second, func() bool { return r.ds.Stats().MasterQueries > before })
+	served := r.e.old.Stats().Served
+	waitFor(t, "load on the master", 10*time.Second, func() bool { return r.e.old.Stats().Served > served+300 })
+	r.incr.stop()
+	r.open.stop()
+	r.incr.check(t, r.e.emu.Miniredis(), failoverPrefix)
+	assert.Zero(t, r.open.failed.Load())
+	assert.Zero(t, r.g.Stats().Retired, "connections retired though the service names the same master")
+	assert.Zero(t, r.e.new.Stats().Opened, "connections to another node")
+	queries := 0
+	for _, ev := range r.e.emu.Events() {
+		if ev.Kind == mainttest.KindSentinelQuery && ev.At.After(failedOver) {
+			queries++
+		}
+	}
+	// FAILED_OVER comes on each of the master's opted-in connections: one
+	// question to the service for all of them.
+	assert.Equal(t, 1, queries, "queries to the service after FAILED_OVER")
+}
