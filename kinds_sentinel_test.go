@@ -65,8 +65,10 @@ func TestDiscoveryServiceMovingFailsNothing(t *testing.T) {
 			assert.Zero(t, l.failed.Load(), "failed commands")
 			assert.Zero(t, e.old.Stats().ClosedAtWindowEnd, "connections the old master had to close")
 			assert.Zero(t, ds.Stats().Handshakes, "the Discovery Service never receives the handshake")
-			// Connections accepted a moment ago opt in with their first
-			// command: wait for the count to settle rather than read it once.
+			// A connection opts in with its first command: use every pool
+			// connection (MinIdleConns ones may be idle still), then wait
+			// for the count to settle rather than read it once.
+			useConns(t, rdb, 8)
 			waitFor(t, "every connection open to the new master opted in (probes close theirs unused)", 10*time.Second, func() bool {
 				st := e.new.Stats()
 				return st.Open == st.OptedIn
