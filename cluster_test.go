@@ -89,21 +89,39 @@ type lateRecorder struct{ ce *clusterEnv }
 func (h lateRecorder) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h lateRecorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		start := time.Now().UnixNano()
 		err := next(ctx, cmd)
-		h.note(start, cmd, err)
+		h.note(sentAt(ctx), cmd, err)
 		return err
 	}
 }
 func (h lateRecorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		start := time.Now().UnixNano()
+		start := sentAt(ctx)
 		err := next(ctx, cmds)
 		for _, c := range cmds {
 			h.note(start, c, c.Err())
 		}
 		return err
 	}
+}
+
+// sentAtKey carries when the load handed a command to the ClusterClient:
+// the recorder sits inside maint's hooks, so its own clock would start after
+// maint had already chosen the command's route.
+type sentAtKey struct{}
+
+// stamp returns a context saying the command is sent now.
+func stamp() context.Context {
+	return context.WithValue(context.Background(), sentAtKey{}, time.Now().UnixNano())
+}
+
+// sentAt is when the load sent the command of ctx (now, for a command sent
+// by something else).
+func sentAt(ctx context.Context) int64 {
+	if at, ok := ctx.Value(sentAtKey{}).(int64); ok {
+		return at
+	}
+	return time.Now().UnixNano()
 }
 
 func (h lateRecorder) note(start int64, cmd redis.Cmder, err error) {
@@ -166,8 +184,10 @@ func (l *clusterLoad) ack(key string, reply int64) {
 }
 
 func (l *clusterLoad) worker(ctx context.Context, cc *redis.ClusterClient, w int) {
-	bg := context.Background() // each command's own: the stop must not fail one
 	for i := 0; ctx.Err() == nil; i++ {
+		// Each command's own context, not ctx: the stop must not fail one.
+		// It says when the command was sent (sentAt).
+		bg := stamp()
 		j := i % 16
 		switch i % 5 {
 		case 0, 1:
@@ -184,7 +204,7 @@ func (l *clusterLoad) worker(ctx context.Context, cc *redis.ClusterClient, w int
 				l.fail(err)
 				continue
 			}
-			if err := cc.Get(bg, key).Err(); err != nil {
+			if err := cc.Get(stamp(), key).Err(); err != nil {
 				l.fail(err)
 				continue
 			}

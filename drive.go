@@ -47,7 +47,17 @@ func (c *conn) onNotification(frame []byte) {
 		return
 	}
 	m.c.notifications.Add(1)
-	m.emit(Event{Kind: EventNotification, Node: c.n.key, Seq: nt.Seq, Name: nt.Kind.String(), Detail: describe(nt)})
+	ev := Event{Kind: EventNotification, Node: c.n.key, Seq: nt.Seq, Name: nt.Kind.String(), Detail: describe(nt)}
+	if cs := m.s.cluster; cs != nil && nt.Kind == resp.KindSMigrated {
+		// The moved slots' overlay first, then the event: once an observer
+		// learns that maint read the SMIGRATED, commands of the moved slots
+		// go to the destination (guarantee C3).
+		cs.onSMigrated(m, c, nt)
+		m.emit(ev)
+		m.relaxEnd(c.n, nt)
+		return
+	}
+	m.emit(ev)
 	switch nt.Kind {
 	case resp.KindMoving:
 		m.onMoving(c, nt)
@@ -63,11 +73,8 @@ func (c *conn) onNotification(frame []byte) {
 		if nt.Kind == resp.KindFailedOver && m.s.failedOver != nil {
 			m.s.failedOver(c, nt.Seq)
 		}
-	case resp.KindSMigrated:
+	case resp.KindSMigrated: // outside a cluster (a cluster's is above)
 		m.relaxEnd(c.n, nt)
-		if cs := m.s.cluster; cs != nil {
-			cs.onSMigrated(m, c, nt)
-		}
 	}
 }
 
