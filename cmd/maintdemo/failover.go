@@ -183,23 +183,9 @@ func (rn *runner) runFailover(sc *scenario, k clientKind, maxRetries int) (*runR
 	default: // the load ended first (--duration)
 	}
 
-	r := &runResult{Client: k.String(), MaxRetries: effectiveRetries(maxRetries), kind: k,
-		OK: l.ok.Load(), Failed: l.failed.Load(), NotStarted: l.notStarted.Load(), Unfinished: l.unfinished.Load(),
-		Errors: l.errors()}
-	evOff := movingAt.Sub(start)
-	r.Before = l.latency(0, evOff)
-	r.During = l.latency(evOff, evOff+span)
-	r.Timeline = rn.timeline(d, sc, start, movingAt)
-	r.Timeline.LoadEnd = total.Seconds()
-	r.Timeline.DuringEnd = (evOff + span).Seconds()
+	r := rn.result(k, maxRetries, l, d, sc, start, movingAt, span, total)
 	if g != nil {
-		st := g.Stats()
-		r.Maint = &maintStats{Notifications: st.Notifications, Handoffs: st.Handoffs, Retired: st.Retired,
-			ClosedAtCap: st.ClosedAtCap, BusyAtCap: st.BusyAtCap, Doomed: st.Doomed, Held: st.Held,
-			HeldTimeouts: st.HeldTimeouts, Relaxations: st.Relaxations}
-		if s.metrics {
-			rn.recordMetrics(tag, st, events.all())
-		}
+		r.Maint = rn.maintResult(tag, g.Stats(), &events)
 	}
 
 	// The verified writes.

@@ -279,9 +279,7 @@ func (rn *runner) run(sc *scenario, k clientKind, maxRetries int) (*runResult, e
 	<-blkDone
 	stopProgress()
 
-	r := &runResult{Client: k.String(), MaxRetries: effectiveRetries(maxRetries), kind: k,
-		OK: l.ok.Load(), Failed: l.failed.Load(), NotStarted: l.notStarted.Load(), Unfinished: l.unfinished.Load(),
-		Errors: l.errors()}
+	r := rn.result(k, maxRetries, l, d, sc, start, eventAt, span, total)
 	if blk != nil {
 		pushedAt := (s.before + s.window + blockingPushAfter).Seconds()
 		blk.PushedAt = &pushedAt
@@ -295,20 +293,8 @@ func (rn *runner) run(sc *scenario, k clientKind, maxRetries int) (*runResult, e
 			r.Errors = append(r.Errors, errorCount{Error: "BLPOP: " + msg, Count: 1})
 		}
 	}
-	evOff := eventAt.Sub(start)
-	r.Before = l.latency(0, evOff)
-	r.During = l.latency(evOff, evOff+span)
-	r.Timeline = rn.timeline(d, sc, start, eventAt)
-	r.Timeline.LoadEnd = total.Seconds()
-	r.Timeline.DuringEnd = (evOff + span).Seconds()
 	if m != nil {
-		st := m.Stats()
-		r.Maint = &maintStats{Notifications: st.Notifications, Handoffs: st.Handoffs, Retired: st.Retired,
-			ClosedAtCap: st.ClosedAtCap, BusyAtCap: st.BusyAtCap, Doomed: st.Doomed, Held: st.Held,
-			HeldTimeouts: st.HeldTimeouts, Relaxations: st.Relaxations}
-		if s.metrics {
-			rn.recordMetrics(tag, st, events.all())
-		}
+		r.Maint = rn.maintResult(tag, m.Stats(), &events)
 	}
 	if k == clientBuiltin {
 		if mgr := rdb.GetMaintNotificationsManager(); mgr != nil {
@@ -328,6 +314,38 @@ func (rn *runner) run(sc *scenario, k clientKind, maxRetries int) (*runResult, e
 
 // timeline reads the emulator's log and the dial log. It must run before the
 // client is closed: closing it closes every connection.
+// result is what every scenario run reports of its load: the counts, the
+// latency before and during the event (at eventAt, lasting span) and the
+// timeline.
+func (rn *runner) result(k clientKind, maxRetries int, l *load, d *database, sc *scenario, start, eventAt time.Time, span, total time.Duration) *runResult {
+	r := &runResult{Client: k.String(), MaxRetries: effectiveRetries(maxRetries), kind: k,
+		OK: l.ok.Load(), Failed: l.failed.Load(), NotStarted: l.notStarted.Load(), Unfinished: l.unfinished.Load(),
+		Errors: l.errors()}
+	evOff := eventAt.Sub(start)
+	r.Before = l.latency(0, evOff)
+	r.During = l.latency(evOff, evOff+span)
+	r.Timeline = rn.timeline(d, sc, start, eventAt)
+	r.Timeline.LoadEnd = total.Seconds()
+	r.Timeline.DuringEnd = (evOff + span).Seconds()
+	return r
+}
+
+// maintResult is maint's counters for a run's result; with --metrics it
+// also records what the run's maint saw.
+func (rn *runner) maintResult(tag string, st maint.Stats, events *eventLog) *maintStats {
+	if rn.s.metrics {
+		rn.recordMetrics(tag, st, events.all())
+	}
+	return maintStatsOf(st)
+}
+
+// maintStatsOf is the part of maint's counters a result reports.
+func maintStatsOf(st maint.Stats) *maintStats {
+	return &maintStats{Notifications: st.Notifications, Handoffs: st.Handoffs, Retired: st.Retired,
+		ClosedAtCap: st.ClosedAtCap, BusyAtCap: st.BusyAtCap, Doomed: st.Doomed, Held: st.Held,
+		HeldTimeouts: st.HeldTimeouts, Relaxations: st.Relaxations}
+}
+
 func (rn *runner) timeline(d *database, sc *scenario, start, eventAt time.Time) timeline {
 	evs := d.emu.Events()
 	at := func(t time.Time) *float64 {

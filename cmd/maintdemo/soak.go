@@ -174,10 +174,7 @@ func (rn *runner) soak(pl *plan, k clientKind) (*soakRun, error) {
 	}
 	r.FailedDials = d.dials.Failed()
 	if m != nil {
-		st := m.Stats()
-		r.Maint = &maintStats{Notifications: st.Notifications, Handoffs: st.Handoffs, Retired: st.Retired,
-			ClosedAtCap: st.ClosedAtCap, BusyAtCap: st.BusyAtCap, Doomed: st.Doomed, Held: st.Held,
-			HeldTimeouts: st.HeldTimeouts, Relaxations: st.Relaxations}
+		r.Maint = maintStatsOf(m.Stats())
 	}
 
 	var used []*verifier
