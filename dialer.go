@@ -452,15 +452,15 @@ func (c *conn) closedUnder() bool {
 }
 
 // closeIfClosable closes a fenced or retired connection if maint may (see
-// closable), and reports whether this call closed it, whether a blocking
-// command was in flight, and whether it was left open for an owed reply.
-// The decision and a concurrent Write are ordered: the state is marked
-// closing before what is owed is read, and Write counts a command before it
-// reads the state, so either the decision sees the command or Write sees the
-// close and keeps the command off the wire. Without that, a command written
-// between the decision and the socket's close would have its reply cut and
-// go-redis would run it again.
-func (c *conn) closeIfClosable(why error) (closed, blocking, owed bool) {
+// closable), and reports whether this call closed it, and whether it was
+// left open for an owed reply and, if so, whether that reply is a blocking
+// command's. The decision and a concurrent Write are ordered: the state is
+// marked closing before what is owed is read, and Write counts a command
+// before it reads the state, so either the decision sees the command or Write
+// sees the close and keeps the command off the wire. Without that, a command
+// written between the decision and the socket's close would have its reply
+// cut and go-redis would run it again.
+func (c *conn) closeIfClosable(why error) (closed, owed, blocking bool) {
 	var s uint32
 	for {
 		s = c.state.Load()
@@ -471,33 +471,33 @@ func (c *conn) closeIfClosable(why error) (closed, blocking, owed bool) {
 			break
 		}
 	}
-	ok, b := c.closable()
-	if !ok {
+	if !c.closable() {
+		b := c.lastBlocking.Load()
 		c.state.CompareAndSwap(stateClosing, s) // unless go-redis closed it meanwhile
-		return false, false, true
+		return false, true, b
 	}
-	return c.closeWith(why), b, false
+	return c.closeWith(why), false, false
 }
 
-// closable reports whether maint may close the connection without making
-// go-redis run a command twice: it owes nothing (idle, or a subscriber,
-// which owes no reply), or what it owes is one blocking command, which has
-// not run to completion (BLPOP q 0: go-redis retries it on a new
-// connection, as it would after the server's close).
-func (c *conn) closable() (ok, blocking bool) {
-	if c.sub.Load() {
-		return true, false
-	}
-	switch c.owed() {
-	case 0:
-		return true, false
-	case 1:
-		if c.lastBlocking.Load() {
-			return true, true
-		}
-	}
-	return false, false
+// closable reports whether maint may close the connection: it owes nothing
+// (idle), or it is a subscriber, which owes no reply. A connection that owes
+// a reply is never closed by maint, whatever the command: an ordinary one's
+// reply comes (closing would make go-redis run it twice), and a blocking one
+// (BLPOP q 0, XREAD BLOCK, WAIT, a module's) stays blocked on a node that
+// still serves its database until the server closes the connection at the
+// window's end; a push meanwhile, through any endpoint of the database,
+// unblocks it. After the server's close, go-redis does what it does without
+// maint: it retries the command on a new connection, or returns the error.
+// Which commands block does not matter here, so maint keeps no table of them
+// for this decision.
+func (c *conn) closable() bool {
+	return c.sub.Load() || c.owed() == 0
 }
+
+// owesOneBlocking reports whether what the connection owes is one blocking
+// command, which has not run to completion (failover_close.go closes such a
+// connection at go-redis's request: go-redis runs the command again).
+func (c *conn) owesOneBlocking() bool { return c.owed() == 1 && c.lastBlocking.Load() }
 
 // Close closes the connection and forgets it.
 func (c *conn) Close() error {

@@ -486,11 +486,11 @@ func (r *run) apply(act handoff.Action) {
 		m.emit(Event{Kind: EventRelease, Node: r.n.key, Seq: r.seq})
 	}
 	if act.Has(handoff.CloseRemaining) {
-		closed, blocking, owed := m.closeRetired(r.n, false)
+		closed, owed, blocking := m.closeRetired(r.n, false)
 		r.tally.closedAtCap += closed
 		r.tally.blockingAtCap += blocking
 		m.emit(Event{Kind: EventDrainCap, Node: r.n.key, Seq: r.seq, Count: closed,
-			Detail: fmt.Sprintf("with a blocking command in flight %d; left open, a reply owed %d", blocking, owed)})
+			Detail: fmt.Sprintf("idle closed; left open, a reply owed %d (a blocking command %d)", owed, blocking)})
 	}
 	if act.Has(handoff.Finish) {
 		if retired, _ := r.h.Retired(); retired && !r.superseded() {

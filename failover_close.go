@@ -57,11 +57,10 @@ func (f *failoverConn) Read(p []byte) (int, error) {
 }
 
 // Close closes the connection now if it owes no reply (or what it owes is
-// unknown, or one blocking command, which go-redis runs again safely: see
-// closable), or if a read failed on it (go-redis gave up on it: a timeout);
+// unknown, or one blocking command, which go-redis runs again safely), or if a read failed on it (go-redis gave up on it: a timeout);
 // otherwise when the replies are read, or at failoverCloseCap.
 func (f *failoverConn) Close() error {
-	if ok, _ := f.conn.closable(); ok || f.conn.owed() < 0 || f.readFailed.Load() {
+	if f.conn.closable() || f.conn.owesOneBlocking() || f.conn.owed() < 0 || f.readFailed.Load() {
 		return f.conn.Close()
 	}
 	if f.closeWanted.Swap(true) {

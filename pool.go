@@ -221,31 +221,33 @@ func (m *Maint) retireConn(c *conn, refuse bool) bool {
 func (m *Maint) refuses(holding bool) bool { return !holding || !m.hooked.Load() }
 
 // closeRetired closes the draining connections still open to n that may be
-// closed without running a command twice (see conn.closable): the drain cap
-// has passed. A connection whose reply to an ordinary command is still owed
-// is left open: closing it would make go-redis retry that command elsewhere,
-// a write run twice. Its reply comes (the pool then refuses it, and the
-// handoff's end closes it) or the server closes it. It returns how many it
-// closed, how many of those had a blocking command in flight, and how many
-// it left because a reply was owed.
-func (m *Maint) closeRetired(n *node, final bool) (closed, blocking, owed int) {
+// closed without cutting a command (see conn.closable): the idle ones and the
+// subscribers. That is what the drain cap is for in a pool: the old node's
+// idle sockets are let go before the server closes them, while a command in
+// flight, blocking or not, is never cut by maint (in a multiplexer, where one
+// blocked command holds everyone's work, the cap would have had to cut it; in
+// a pool it holds nobody's). A connection that owes a reply is left open: its
+// reply comes (the pool then refuses it) or the server closes it. It returns
+// how many it closed, how many it left because a reply was owed, and how many
+// of those wait on a blocking command.
+func (m *Maint) closeRetired(n *node, final bool) (closed, owed, blocking int) {
 	for _, c := range n.snapshot() {
-		cl, b, o := c.closeIfClosable(ErrDrainCap)
+		cl, o, b := c.closeIfClosable(ErrDrainCap)
 		switch {
 		case o:
 			owed++
-		case cl:
-			closed++
 			if b {
 				blocking++
 			}
+		case cl:
+			closed++
 		}
 	}
 	if final {
-		return closed, blocking, owed // the connections left at the cap, idle since
+		return closed, owed, blocking // the connections left at the cap, idle since
 	}
 	m.c.closedAtCap.Add(uint64(closed))
 	m.c.busyAtCap.Add(uint64(blocking))
 	m.c.owedAtCap.Add(uint64(owed))
-	return closed, blocking, owed
+	return closed, owed, blocking
 }

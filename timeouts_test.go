@@ -157,8 +157,8 @@ func TestReplayedCompletionDoesNotRelax(t *testing.T) {
 }
 
 // Issue 5, proof 6: a blocking command that fits in the drain cap completes;
-// one that does not fails at the cap, and the next command runs on the
-// replacement.
+// one that does not is not cut at the cap (maint leaves it to the server's
+// close at the window's end), and the next command runs on the replacement.
 func TestBlockingCommandsAndTheDrainCap(t *testing.T) {
 	e := newEnv(t)
 	ev := &eventLog{}
@@ -185,10 +185,10 @@ func TestBlockingCommandsAndTheDrainCap(t *testing.T) {
 	require.ErrorIs(t, <-shortRes, redis.Nil, "the 1s BLPOP fits in the cap and completes")
 	err := <-longRes
 	failedAfter := time.Since(start)
-	require.ErrorIs(t, err, maint.ErrDrainCap, "events:\n%s", ev)
+	require.Error(t, err)
+	require.NotErrorIs(t, err, maint.ErrDrainCap, "events:\n%s", ev)
 	t.Logf("BLPOP 0 failed after %v: %v", failedAfter, err)
-	assert.Greater(t, failedAfter, 2*time.Second, "failed before the cap")
-	assert.Less(t, failedAfter, 5800*time.Millisecond, "failed at the window's end, not at the cap")
+	assert.GreaterOrEqual(t, failedAfter, 6*time.Second, "failed before the server's close at the window's end")
 
 	before := e.new.Stats().Served
 	require.NoError(t, long.Ping(ctx).Err())
@@ -221,34 +221,4 @@ func TestShortTimeoutsRelaxationOffKeepsHeldWork(t *testing.T) {
 	held, ok := ev.first(maint.EventHeld)
 	require.True(t, ok, "no held event; events:\n%s", ev)
 	assert.Greater(t, held.Duration, opt.ReadTimeout, "the longest hold outlasted the read timeout, and nothing failed")
-}
-
-// Issue 5, the docs' claim: with MaxRetries left at its default, go-redis
-// retries a blocking command failed at the drain cap (the closed connection is
-// a net.Error that is not a timeout), on a new connection: the replacement.
-func TestBlockingCommandPastTheCapIsRetriedByDefault(t *testing.T) {
-	e := newEnv(t)
-	ev := &eventLog{}
-	m := newMaint(t, ev)
-	rdb := redis.NewClient(&redis.Options{Addr: e.old.Addr(), Protocol: 3, PoolSize: 2})
-	rdb.AddHook(m)
-	t.Cleanup(func() { _ = rdb.Close() })
-	ctx := context.Background()
-	require.NoError(t, rdb.Ping(ctx).Err())
-	res := make(chan []string, 1)
-	go func() { res <- rdb.BLPop(ctx, 0, "later").Val() }()
-	waitFor(t, "BLPOP in flight", 5*time.Second, func() bool { return e.old.Stats().Pending >= 1 })
-	e.old.Moving(mainttest.Moving{Window: 4 * time.Second, To: e.new})
-	require.NoError(t, rdb.Ping(ctx).Err()) // reads the MOVING
-	waitFor(t, "the drain cap", 10*time.Second, func() bool { _, ok := ev.first(maint.EventDrainCap); return ok })
-	waitFor(t, "the retried BLPOP on the replacement", 5*time.Second, func() bool { return e.new.Stats().Pending >= 1 })
-	pusher := redis.NewClient(&redis.Options{Addr: e.new.Addr()})
-	defer pusher.Close()
-	require.NoError(t, pusher.RPush(ctx, "later", "v").Err())
-	select {
-	case v := <-res:
-		assert.Equal(t, []string{"later", "v"}, v)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the retried BLPOP never returned")
-	}
 }

@@ -1,0 +1,128 @@
+package maint_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/maintkit/maint"
+	"github.com/maintkit/maint/mainttest"
+)
+
+// A blocking command in flight on a retiring node is left to the server's own
+// close: the drain cap never cuts it. These are the peers' criteria (Lettuce:
+// a BLPOP in flight when the MOVING arrives still returns the value another
+// client pushes), on both install routes, with retries disabled.
+
+// blockingRoutes are the install routes the blocking scenarios run on.
+var blockingRoutes = []route{routes[0], routes[1]}
+
+// blpopInFlight starts BLPOP q 0 on rdb and waits until the old node holds
+// it; the returned channel yields its result.
+func blpopInFlight(t *testing.T, e *env, rdb *redis.Client, q string) <-chan *redis.StringSliceCmd {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, rdb.Ping(ctx).Err())
+	before := e.old.Stats().Pending
+	res := make(chan *redis.StringSliceCmd, 1)
+	go func() { res <- rdb.BLPop(ctx, 0, q) }()
+	waitFor(t, "the BLPOP in flight", 5*time.Second, func() bool { return e.old.Stats().Pending > before })
+	return res
+}
+
+// TestBlockingCommandOutlivesTheDrainCap: the MOVING names the successor, the
+// drain cap passes with the BLPOP still blocked, and a push through the new
+// endpoint (the same database) unblocks it on the old connection.
+func TestBlockingCommandOutlivesTheDrainCap(t *testing.T) {
+	for _, r := range blockingRoutes {
+		t.Run(r.name, func(t *testing.T) {
+			e := newEnv(t)
+			rdb, m, ev := e.client(r, e.options(2))
+			res := blpopInFlight(t, e, rdb, "q")
+			e.old.Moving(mainttest.Moving{Window: 4 * time.Second, To: e.new})
+			pingUntilRetired(t, rdb, ev) // the other connection reads the MOVING
+			waitFor(t, "the drain cap", 10*time.Second, func() bool { _, ok := ev.first(maint.EventDrainCap); return ok })
+
+			pusher := redis.NewClient(&redis.Options{Addr: e.new.Addr()})
+			defer pusher.Close()
+			require.NoError(t, pusher.RPush(context.Background(), "q", "v").Err())
+			select {
+			case cmd := <-res:
+				require.NoError(t, cmd.Err(), "events:\n%s", ev)
+				assert.Equal(t, []string{"q", "v"}, cmd.Val())
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the BLPOP never returned; events:\n%s", ev)
+			}
+			st := m.Stats()
+			assert.EqualValues(t, 1, st.BusyAtCap, "left open at the cap with a blocking command in flight")
+			assert.EqualValues(t, 1, st.OwedAtCap)
+		})
+	}
+}
+
+// TestBlockingCommandEndsAtTheServersClose: nothing is pushed; the BLPOP
+// stays blocked until the server closes the old connection at the window's
+// end, and what the application sees then is what go-redis alone returns
+// after that close: with retries disabled, the close's own error (no maint
+// error), never before the window's end.
+func TestBlockingCommandEndsAtTheServersClose(t *testing.T) {
+	const window = 3 * time.Second
+	for _, r := range blockingRoutes {
+		t.Run(r.name, func(t *testing.T) {
+			e := newEnv(t)
+			rdb, _, ev := e.client(r, e.options(2))
+			res := blpopInFlight(t, e, rdb, "never")
+			start := time.Now()
+			e.old.Moving(mainttest.Moving{Window: window, To: e.new})
+			pingUntilRetired(t, rdb, ev)
+			var cmd *redis.StringSliceCmd
+			select {
+			case cmd = <-res:
+			case <-time.After(window + 10*time.Second):
+				t.Fatalf("the BLPOP never returned; events:\n%s", ev)
+			}
+			after := time.Since(start)
+			err := cmd.Err()
+			require.Error(t, err)
+			assert.False(t, errors.Is(err, maint.ErrDrainCap), "cut by maint: %v", err)
+			assert.False(t, strings.HasPrefix(err.Error(), "maint:"), "a maint error: %v", err)
+			assert.GreaterOrEqual(t, after, window, "ended before the server's close: %v", err)
+			t.Logf("BLPOP ended after %v: %v", after, err)
+		})
+	}
+}
+
+// TestBlockingCommandPastTheWindowIsRetriedByDefault: with go-redis's default
+// retries, a BLPOP that the server's close ends is run again by go-redis on a
+// new connection, the successor's, and returns the value pushed there.
+func TestBlockingCommandPastTheWindowIsRetriedByDefault(t *testing.T) {
+	for _, r := range blockingRoutes {
+		t.Run(r.name, func(t *testing.T) {
+			e := newEnv(t)
+			opt := e.options(2)
+			opt.MaxRetries = 0 // go-redis's default: 3
+			rdb, _, ev := e.client(r, opt)
+			res := blpopInFlight(t, e, rdb, "later")
+			e.old.Moving(mainttest.Moving{Window: 2 * time.Second, To: e.new})
+			pingUntilRetired(t, rdb, ev)
+			e.waitEvent(e.old, mainttest.KindWindowEndClose, 10*time.Second)
+			waitFor(t, "the retried BLPOP on the successor", 5*time.Second, func() bool { return e.new.Stats().Pending >= 1 })
+			pusher := redis.NewClient(&redis.Options{Addr: e.new.Addr()})
+			defer pusher.Close()
+			require.NoError(t, pusher.RPush(context.Background(), "later", "v").Err())
+			select {
+			case cmd := <-res:
+				require.NoError(t, cmd.Err(), "events:\n%s", ev)
+				assert.Equal(t, []string{"later", "v"}, cmd.Val())
+			case <-time.After(10 * time.Second):
+				t.Fatal("the retried BLPOP never returned")
+			}
+		})
+	}
+}
