@@ -251,21 +251,41 @@ func TestHeldCommandHonoursItsContext(t *testing.T) {
 	assert.EqualValues(t, 1, m.Stats().HeldTimeouts)
 }
 
+// A timeout names the relaxation only when one was applied to the deadline
+// that expired; a probe's deadline (no reply owed) is never relaxed, however
+// short, and a reply's always is.
 func TestTimeoutErrorNamesTheMaintenance(t *testing.T) {
-	m := New(WithLogf(t.Logf))
+	m := New(WithLogf(t.Logf), WithRelaxedTimeout(2*time.Second))
 	defer m.Close()
 	c, _ := wrapScript(t, m, nil)
 	plain := &net.OpError{Op: "read", Err: osTimeout{}}
-	assert.Same(t, error(plain), c.readErr(plain), "no maintenance: the error as it was")
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(50*time.Millisecond)))
+	assert.Same(t, error(plain), c.ioErr(plain, &c.rdl), "no maintenance: the error as it was")
 	m.relax(c.n, resp.Notification{Kind: resp.KindMigrating, Seq: 5})
-	err := c.readErr(plain)
+
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(time.Millisecond)))
+	assert.False(t, c.rdl.raised(), "a probe's deadline (no reply owed) is left as asked")
+	assert.Same(t, error(plain), c.ioErr(plain, &c.rdl), "a probe's timeout names no relaxation")
+
+	_, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n"))
+	require.NoError(t, err)
+	require.NoError(t, c.SetWriteDeadline(time.Now().Add(time.Millisecond)))
+	assert.True(t, c.wdl.raised(), "a 1 ms write deadline is relaxed")
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(50*time.Millisecond)))
+	require.True(t, c.rdl.raised(), "a 50 ms reply deadline is relaxed")
+	assert.GreaterOrEqual(t, time.Until(fromMono(c.rdl.applied.Load())), 1900*time.Millisecond)
+	err = c.ioErr(plain, &c.rdl)
 	var te *TimeoutError
 	require.ErrorAs(t, err, &te)
 	var ne net.Error
 	require.ErrorAs(t, err, &ne)
 	assert.True(t, ne.Timeout())
-	assert.Contains(t, err.Error(), "during maintenance")
+	assert.Contains(t, err.Error(), "during maintenance (deadline relaxed to at least 2s)")
 	assert.True(t, errors.Is(err, plain))
+
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(time.Minute)))
+	assert.False(t, c.rdl.raised(), "a deadline past the relaxed one is left as asked")
+	assert.Same(t, error(plain), c.ioErr(plain, &c.rdl), "and its timeout names no relaxation")
 }
 
 // selfSigned returns a TLS server config with a certificate for name.

@@ -49,17 +49,18 @@ type deadline struct {
 	applied atomic.Int64 // mono: what the socket has, 0 for none
 }
 
-// minRelaxable is the shortest deadline relaxation raises: go-redis's own
-// probes (push drains, client-side caching) use 1ms and 50ms deadlines on
-// purpose, and raised they would wait seconds on an idle connection.
-const minRelaxable = int64(75 * time.Millisecond)
-
 // floor returns the deadline asked raised, where maintenance requires it,
 // to at least now plus the relaxed timeout (now 0: read the clock when
 // needed). No deadline stays none: relaxation never shortens a longer or
-// infinite timeout. While nothing is relaxed it costs two atomic loads and
+// infinite timeout. However short, a deadline is raised if it is a write's or
+// a reply's: a read deadline is a reply's when the connection owes a reply
+// (go-redis sets it after writing the command, contract_deadline_test.go).
+// A read deadline set while no reply is owed is one of go-redis's own probes
+// (its push drains under 1 ms and 50 ms hard deadlines, its socket peeks),
+// which look for bytes already there and must not wait: it is left as asked,
+// whatever its length. While nothing is relaxed it costs two atomic loads and
 // no clock read.
-func (c *conn) floor(asked, now mono) mono {
+func (c *conn) floor(asked, now mono, read bool) mono {
 	if asked == 0 {
 		return 0
 	}
@@ -78,13 +79,20 @@ func (c *conn) floor(asked, now mono) mono {
 	if !relax || c.m.s.relaxed < 0 || c.m.stopped.Load() {
 		return asked
 	}
-	if asked-now < minRelaxable {
-		return asked
+	if read && c.owed() == 0 {
+		return asked // a probe: no reply is owed
 	}
 	if min := now + int64(c.m.s.relaxed); asked < min {
 		return min
 	}
 	return asked
+}
+
+// raised reports whether the deadline on the socket is later than the one
+// go-redis asked for: a timeout under it is a relaxed one.
+func (d *deadline) raised() bool {
+	asked := d.asked.Load()
+	return asked != 0 && d.applied.Load() > asked
 }
 
 // setDeadline records what go-redis asked for in the given directions and
@@ -109,12 +117,20 @@ func (c *conn) setDeadline(t time.Time, read, write bool) error {
 }
 
 func (c *conn) apply(asked mono, read, write bool) error {
-	v := c.floor(asked, 0)
+	if read && write {
+		r, w := c.floor(asked, 0, true), c.floor(asked, 0, false)
+		c.rdl.applied.Store(r)
+		c.wdl.applied.Store(w)
+		if r == w {
+			return c.raw.SetDeadline(fromMono(r))
+		}
+		if err := c.raw.SetReadDeadline(fromMono(r)); err != nil {
+			return err
+		}
+		return c.raw.SetWriteDeadline(fromMono(w))
+	}
+	v := c.floor(asked, 0, read)
 	switch {
-	case read && write:
-		c.rdl.applied.Store(v)
-		c.wdl.applied.Store(v)
-		return c.raw.SetDeadline(fromMono(v))
 	case read:
 		c.rdl.applied.Store(v)
 		return c.raw.SetReadDeadline(fromMono(v))
@@ -143,16 +159,16 @@ func (c *conn) SetWriteDeadline(t time.Time) error { return c.setDeadline(t, fal
 // racing with this call redoes its own work.
 func (c *conn) refloor() {
 	now := monoNow()
-	c.refloorOne(&c.rdl, now, c.raw.SetReadDeadline)
-	c.refloorOne(&c.wdl, now, c.raw.SetWriteDeadline)
+	c.refloorOne(&c.rdl, now, true, c.raw.SetReadDeadline)
+	c.refloorOne(&c.wdl, now, false, c.raw.SetWriteDeadline)
 }
 
-func (c *conn) refloorOne(d *deadline, now mono, set func(time.Time) error) {
+func (c *conn) refloorOne(d *deadline, now mono, read bool, set func(time.Time) error) {
 	asked := d.asked.Load()
 	if asked == 0 {
 		return
 	}
-	v := c.floor(asked, now)
+	v := c.floor(asked, now, read)
 	if v <= now {
 		return
 	}
@@ -165,7 +181,7 @@ func (c *conn) refloorOne(d *deadline, now mono, set func(time.Time) error) {
 		// go-redis set a new deadline meanwhile: its setter saw the new
 		// epoch and applies its own floor; make sure the socket has it.
 		if a := d.asked.Load(); a != 0 {
-			w := c.floor(a, 0)
+			w := c.floor(a, 0, read)
 			d.applied.Store(w)
 			_ = set(fromMono(w))
 		}

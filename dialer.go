@@ -367,20 +367,24 @@ func (c *conn) Read(p []byte) (int, error) {
 		_ = c.raw.SetReadDeadline(time.Now().Add(2 * time.Millisecond))
 		n, err := c.rd.Read(c.raw, p)
 		c.restoreRead()
-		return n, c.readErr(err)
+		return n, c.ioErr(err, nil)
 	}
 	n, err := c.rd.Read(c.raw, p)
-	return n, c.readErr(err)
+	return n, c.ioErr(err, &c.rdl)
 }
 
-func (c *conn) readErr(err error) error {
+// ioErr is the error of a read or write under deadline d (nil: the health
+// check's own): why the Maint closed the connection, if it did, or a
+// TimeoutError naming the relaxation when d was relaxed; otherwise err as
+// it is.
+func (c *conn) ioErr(err error, d *deadline) error {
 	if err == nil {
 		return nil
 	}
 	if why := c.closeErr.Load(); why != nil {
 		return fmt.Errorf("%w (%w)", *why, err)
 	}
-	if ne, ok := err.(net.Error); ok && ne.Timeout() && (c.draining() || c.n.relaxing()) {
+	if ne, ok := err.(net.Error); ok && ne.Timeout() && d != nil && d.raised() {
 		return &TimeoutError{Node: c.n.key, Relaxed: c.m.s.relaxed, Err: err}
 	}
 	return err
@@ -407,7 +411,7 @@ func (c *conn) Write(p []byte) (int, error) {
 	// command (and leaves the connection open) or is seen here, and the
 	// command stays off the wire (see closeIfClosable).
 	if s := c.state.Load(); s >= stateClosed && c.closedUnder() {
-		return 0, c.readErr(net.ErrClosed)
+		return 0, c.ioErr(net.ErrClosed, nil)
 	}
 	if !c.m.sawCheck.Load() {
 		c.m.noteUnchecked(c)
@@ -417,10 +421,10 @@ func (c *conn) Write(p []byte) (int, error) {
 	}
 	if c.inject != nil {
 		n, err := c.writeFirst(p, k)
-		return n, c.readErr(err)
+		return n, c.ioErr(err, &c.wdl)
 	}
 	n, err := c.raw.Write(p)
-	return n, c.readErr(err)
+	return n, c.ioErr(err, &c.wdl)
 }
 
 // owed is the number of replies the server still owes, or -1 when it is

@@ -31,22 +31,22 @@ var ErrHeld = errors.New("maint: command held for a replacement connection")
 // dials and commands go through as if it were not installed.
 var ErrClosed = errors.New("maint: closed")
 
-// TimeoutError is the error of a read or write that timed out on a
-// connection under maintenance (its node relaxed, or the connection being
-// drained): it names the maintenance, so that a timeout a user sees during
-// a migration says so. It is a net.Error whose Timeout is true, as the error
-// it wraps, so go-redis treats it exactly as that error.
+// TimeoutError is the error of a read or write that timed out under a
+// deadline maint relaxed (its node under maintenance, or the connection being
+// drained): it names the relaxation, so that a timeout a user sees during a
+// migration says so. A timeout under a deadline maint left as go-redis asked
+// (no maintenance, a longer timeout than the relaxed one, relaxation off, or
+// one of go-redis's own probes) is returned as it is. It is a net.Error whose
+// Timeout is true, as the error it wraps, so go-redis treats it exactly as
+// that error.
 type TimeoutError struct {
 	Node    string        // the node under maintenance
-	Relaxed time.Duration // the floor in force; negative when relaxation is off
+	Relaxed time.Duration // the relaxed timeout the deadline was raised to
 	Err     error         // the underlying timeout
 }
 
-// Error describes the timeout and the maintenance it happened under.
+// Error describes the timeout and the relaxation it happened under.
 func (e *TimeoutError) Error() string {
-	if e.Relaxed < 0 {
-		return fmt.Sprintf("maint: i/o timeout on %s during maintenance (relaxation off): %v", e.Node, e.Err)
-	}
 	return fmt.Sprintf("maint: i/o timeout on %s during maintenance (deadline relaxed to at least %v): %v", e.Node, e.Relaxed, e.Err)
 }
 

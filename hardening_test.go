@@ -170,12 +170,21 @@ func TestDeadlinesAreMonotonic(t *testing.T) {
 	defer m.Close()
 	c, raw := wrapDL(t, m, "127.0.0.2:6379", nil)
 	m.relax(c.n, notif(resp.KindMigrating, 1, ""))
+	oweReply(t, c)
 	wall := time.Now().Add(time.Second).Round(0) // no monotonic reading
 	require.NoError(t, c.SetReadDeadline(wall))
 	got, _ := raw.lastRead()
 	assert.Contains(t, got.String(), "m=+", "the socket's deadline is on the monotonic clock")
 	assert.InDelta(t, 2*time.Second, time.Until(got), float64(500*time.Millisecond))
 	assert.True(t, c.n.relaxUntil.Load() > monoNow(), "relaxation is kept on the monotonic clock")
+}
+
+// oweReply writes a PING on c: c owes a reply, so the read deadline set next
+// is a reply's (relaxed), not a probe's.
+func oweReply(t *testing.T, c *conn) {
+	t.Helper()
+	_, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n"))
+	require.NoError(t, err)
 }
 
 // Item 18: a connection opened to a node during its MIGRATING gets the same
@@ -187,6 +196,7 @@ func TestNewConnectionOfARelaxedNodeIsRelaxed(t *testing.T) {
 	m.relax(old.n, notif(resp.KindMigrating, 1, ""))
 	c, raw := wrapDL(t, m, "127.0.0.2:6379", nil)
 	require.Same(t, old.n, c.n)
+	oweReply(t, c)
 	require.NoError(t, c.SetReadDeadline(time.Now().Add(100*time.Millisecond)))
 	got, _ := raw.lastRead()
 	assert.Greater(t, time.Until(got), time.Second)
