@@ -74,7 +74,18 @@ func (m *Maint) dialWith(next dialFunc, o dialOpts) dialFunc {
 		for {
 			dialAddr, via := t.route(time.Now())
 			pinned := via != nil
-			raw, err := next(ctx, network, dialAddr)
+			var raw net.Conn
+			var err error
+			if sp := t.takeSpare(); sp != nil {
+				// A probe's connection that landed on a replacement
+				// (spare.go): what a dial of the configured address gives.
+				raw, pinned, via = sp.raw, false, nil
+				dc.o.tls = dc.o.tls || sp.o.tls
+				dc.o.inject = dc.o.inject || sp.o.inject
+				m.c.sparesTaken.Add(1)
+			} else {
+				raw, err = next(ctx, network, dialAddr)
+			}
 			opts := dc.o // with what an inner layer knows
 			if opts.tls && !t.tlsOn.Load() {
 				t.tlsOn.Store(true)
@@ -106,6 +117,9 @@ func (m *Maint) dialWith(next dialFunc, o dialOpts) dialFunc {
 					m.warn("successor rejected", "successor", dialAddr, "node", addr, "detail", err.Error())
 					return nil, fmt.Errorf("%w: %s for %s: %w", ErrSuccessorRejected, dialAddr, addr, err)
 				}
+			}
+			if pinned {
+				via.landed.Store(&remote)
 			}
 			if remote != "" {
 				t.lastRemote.Store(&remote)

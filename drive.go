@@ -3,6 +3,7 @@ package maint
 import (
 	"context"
 	"fmt"
+	"net"
 	"sync/atomic"
 	"time"
 
@@ -230,7 +231,9 @@ func (r *run) loop() {
 	p := r.h.Params()
 	probing := p.Successor == "" && p.Identifying
 	every := handoff.ProbeInterval(p.Window)
-	nextProbe := time.Now().Add(every)
+	awaited := 0 // probes made while awaiting
+	nextProbe := r.awaitProbeAt(awaited)
+	holding := false
 	probeInFlight := false
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -240,7 +243,7 @@ func (r *run) loop() {
 		if ph == handoff.Done {
 			return
 		}
-		if probing && !probeInFlight && (ph == handoff.Awaiting || ph == handoff.Holding) && (wake.IsZero() || nextProbe.Before(wake)) {
+		if probing && !probeInFlight && !nextProbe.IsZero() && (ph == handoff.Awaiting || ph == handoff.Holding) && (wake.IsZero() || nextProbe.Before(wake)) {
 			wake = nextProbe
 		}
 		d := time.Until(wake)
@@ -272,12 +275,42 @@ func (r *run) loop() {
 			r.settle(every)
 			return
 		}
-		if ph := r.h.Phase(); probing && !probeInFlight && (ph == handoff.Awaiting || ph == handoff.Holding) && !now.Before(nextProbe) {
-			nextProbe = now.Add(every)
+		ph = r.h.Phase()
+		if ph == handoff.Holding && !holding {
+			// Commands wait from now on: probe at once, then every interval.
+			holding, nextProbe = true, now
+		}
+		if probing && !probeInFlight && (ph == handoff.Awaiting || ph == handoff.Holding) && !nextProbe.IsZero() && !now.Before(nextProbe) {
+			if ph == handoff.Awaiting {
+				awaited++
+				nextProbe = r.awaitProbeAt(awaited)
+			} else {
+				nextProbe = now.Add(every)
+			}
 			probeInFlight = r.m.goBackground(func() { r.probed <- r.probe() })
 		}
 		r.apply(act)
 	}
+}
+
+// awaitProbes are when a null-endpoint handoff probes the configured address
+// while the old node still serves, as fractions of the time from the MOVING
+// to the last call: four probes, so that each such MOVING costs at most four
+// probe connections to the retiring node before the last call, whatever the
+// window's length, and a DNS move is seen within a quarter of that time (the
+// old node serves meanwhile; the application's own dials see it too). Once
+// commands are held, at the last call, a probe runs every probe interval
+// until a replacement is seen.
+var awaitProbes = [...]float64{1. / 4, 1. / 2, 3. / 4, 7. / 8}
+
+// awaitProbeAt is when the k-th probe while awaiting is due (from 0); the
+// zero time once they have all been made.
+func (r *run) awaitProbeAt(k int) time.Time {
+	if k >= len(awaitProbes) {
+		return time.Time{}
+	}
+	start := r.h.Params().Start
+	return start.Add(time.Duration(awaitProbes[k] * float64(r.h.LastCall().Sub(start))))
 }
 
 // stopTimer stops t and drains a tick it already sent, so that it can be
@@ -296,14 +329,20 @@ func (r *run) windowOver() bool { return !time.Now().Before(r.h.Deadline()) }
 
 // settle keeps a successor pin after the window while the configured
 // address still leads to the retired node: it probes the address through the
-// client's dial path and drops the pin as soon as a probe lands on another
-// node, when a later MOVING takes over, or at the pin's own bound.
+// client's dial path and drops the pin as soon as a probe lands on the
+// successor (compared by the address a dial through the pin reached, so a
+// successor named by host name is recognised), when a later MOVING takes
+// over, or at the pin's own bound. The probes back off (one interval, then
+// twice as long each time): at most settleProbes for the pin's minute, one
+// when DNS has moved by the window's end. A probe that lands on the
+// successor is kept as a spare for the next dial (spare.go).
 func (r *run) settle(every time.Duration) {
 	p := r.t.pin.Load()
 	if p == nil || p.gen != r.gen {
 		return
 	}
-	timer := time.NewTimer(every)
+	wait, probes := every, 0
+	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
 		select {
@@ -316,16 +355,54 @@ func (r *run) settle(every time.Duration) {
 		if cur := r.t.pin.Load(); cur == nil || cur.gen != r.gen {
 			return // a later MOVING took over, or the pin expired
 		}
-		if !time.Now().Before(p.until) || classify.SameAddr(r.probeRemote(), p.addr) {
+		over := !time.Now().Before(p.until)
+		if !over && probes < settleProbes {
+			probes++
+			over = r.probeSuccessor(p)
+		}
+		if over {
 			// The configured address leads to the successor itself now: DNS
-			// has caught up. (Landing merely somewhere other than the retired
-			// node could be an older retired node.)
+			// has caught up (landing merely somewhere other than the retired
+			// node could be an older retired node), or the pin's bound.
 			r.t.unpin(r.gen)
 			r.m.emit(Event{Kind: EventHandoffDone, Node: r.n.key, Seq: r.seq, Detail: "successor pin dropped"})
 			return
 		}
-		timer.Reset(every)
+		wait *= 2
+		if left := time.Until(p.until); probes >= settleProbes || wait > left {
+			wait = max(left, 0)
+		}
+		timer.Reset(wait)
 	}
+}
+
+// settleProbes bounds the probes settle makes for one pin: at 1, 3, 7, 15
+// and 31 probe intervals after the window; then the pin ends at its bound.
+const settleProbes = 5
+
+// probeSuccessor probes the configured address and reports whether it led
+// to the successor of pin p; that connection is kept as a spare.
+func (r *run) probeSuccessor(p *pin) bool {
+	raw, remote, o := r.probeDial()
+	if raw == nil {
+		return false
+	}
+	if !sameSuccessor(p, remote) {
+		_ = raw.Close()
+		return false
+	}
+	r.m.offerSpare(r.t, raw, remote, o)
+	return true
+}
+
+// sameSuccessor reports whether remote is the successor of pin p: its
+// address as named, or as a dial through the pin reached it.
+func sameSuccessor(p *pin, remote string) bool {
+	if classify.SameAddr(remote, p.addr) {
+		return true
+	}
+	l := p.landed.Load()
+	return l != nil && classify.SameAddr(remote, *l)
 }
 
 // advance steps the handoff to now, with the news a dial brought, if any.
@@ -343,43 +420,52 @@ func (r *run) advance(now time.Time) handoff.Action {
 // would (so a custom Dialer's resolution is honoured) and reports whether it
 // landed on a replacement: somewhere other than every node being retired
 // (not only this handoff's: in a chained move, DNS may still name the node
-// the previous MOVING retired). No command is sent.
+// the previous MOVING retired). No command is sent. A connection that landed
+// on a replacement is kept as a spare for the pool's next dial (spare.go);
+// any other is closed.
 func (r *run) probe() bool {
-	remote := r.probeRemote()
-	if remote == "" {
+	raw, remote, o := r.probeDial()
+	if raw == nil {
 		return false
 	}
 	doomedBy, replaced := r.m.judge(r.t, remote)
-	if doomedBy != nil {
-		return false
-	}
-	for _, x := range replaced {
-		if x == r {
-			r.tally.replaced(time.Now())
-			r.m.emit(Event{Kind: EventReplacement, Node: r.n.key, Seq: r.seq, Successor: remote, Detail: "DNS now names " + remote})
-			return true
+	if doomedBy == nil {
+		for _, x := range replaced {
+			if x == r {
+				r.m.offerSpare(r.t, raw, remote, o)
+				r.tally.replaced(time.Now())
+				r.m.emit(Event{Kind: EventReplacement, Node: r.n.key, Seq: r.seq, Successor: remote, Detail: "DNS now names " + remote})
+				return true
+			}
 		}
 	}
+	_ = raw.Close()
 	return false
 }
 
-// probeRemote dials the configured address below every Maint layer and
-// returns where it landed, or "" if the dial failed.
-func (r *run) probeRemote() string {
+// probeDial dials the configured address below every Maint layer and returns
+// the connection, where it landed and what an inner layer knew of it; a nil
+// connection if the dial failed.
+func (r *run) probeDial() (net.Conn, string, dialOpts) {
 	nextp := r.t.next.Load()
 	if nextp == nil {
-		return ""
+		return nil, "", dialOpts{}
 	}
+	r.m.c.probes.Add(1)
 	ctx, cancel := context.WithTimeout(r.m.ctx, time.Second)
 	defer cancel()
-	ctx = context.WithValue(ctx, dialKey{}, &dialCtx{m: r.m})
+	dc := &dialCtx{m: r.m}
+	ctx = context.WithValue(ctx, dialKey{}, dc)
 	raw, err := (*nextp)(ctx, "tcp", r.t.addr)
 	if err != nil {
-		return ""
+		return nil, "", dialOpts{}
 	}
 	remote := remoteString(raw)
-	_ = raw.Close()
-	return remote
+	if remote == "" {
+		_ = raw.Close()
+		return nil, "", dialOpts{}
+	}
+	return raw, remote, dc.o
 }
 
 // judge classifies a new connection of the handoff's target.

@@ -150,8 +150,8 @@ type Stats struct {
 	Handoffs      uint64 // handoffs started
 	Retired       uint64 // connections taken out of circulation
 	ClosedAtCap   uint64 // retired connections closed at the drain cap
-	BusyAtCap     uint64 // connections closed at the drain cap with a blocking command in flight
-	OwedAtCap     uint64 // connections left open at the drain cap because an ordinary command's reply was owed
+	BusyAtCap     uint64 // connections left open at the drain cap with a blocking command in flight (the server's close ends it)
+	OwedAtCap     uint64 // connections left open at the drain cap because a reply was owed (blocking commands included)
 	Doomed        uint64 // new connections discarded for landing on a retiring node
 	Held          uint64 // commands that waited for a replacement
 	HeldTimeouts  uint64 // held commands whose context ended first
@@ -166,6 +166,12 @@ type Stats struct {
 	// HandshakeErrors the ones answered with an error other than "no
 	// support" (not remembered).
 	Handshakes, HandshakeErrors uint64
+	// Probes counts the probe dials of a configured address during and
+	// after handoffs (drive.go); ProbesReused those whose connection a dial
+	// of the pool took (spare.go), ProbesUnused those that landed on a
+	// replacement and were closed untaken. The others landed on a retiring
+	// node, or failed, and were closed at once.
+	Probes, ProbesReused, ProbesUnused uint64
 }
 
 // add adds o to s.
@@ -188,12 +194,16 @@ func (s *Stats) add(o Stats) {
 	s.PoolRetries += o.PoolRetries
 	s.Handshakes += o.Handshakes
 	s.HandshakeErrors += o.HandshakeErrors
+	s.Probes += o.Probes
+	s.ProbesReused += o.ProbesReused
+	s.ProbesUnused += o.ProbesUnused
 }
 
 type counters struct {
 	handshakes, handshakeErrors, poolRetries,
 	notifications, malformed, replayed, oversize, refusedSuccessors, handoffs, retired, closedAtCap, busyAtCap, owedAtCap,
-	doomed, held, heldTimeouts, relaxations, unsupported atomic.Uint64
+	doomed, held, heldTimeouts, relaxations, unsupported,
+	probes, sparesTaken, sparesUnused atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
@@ -217,5 +227,8 @@ func (c *counters) snapshot() Stats {
 		PoolRetries:       c.poolRetries.Load(),
 		Handshakes:        c.handshakes.Load(),
 		HandshakeErrors:   c.handshakeErrors.Load(),
+		Probes:            c.probes.Load(),
+		ProbesReused:      c.sparesTaken.Load(),
+		ProbesUnused:      c.sparesUnused.Load(),
 	}
 }

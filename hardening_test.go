@@ -154,6 +154,7 @@ func TestRefloorNeverRearmsNorShortens(t *testing.T) {
 
 	// A command waits on a relaxed deadline; a MOVING then retires the
 	// connection: the wait may grow, never shrink.
+	oweReply(t, c)
 	require.NoError(t, c.SetReadDeadline(time.Now().Add(500*time.Millisecond)))
 	relaxed, _ := raw.lastRead()
 	assert.Greater(t, time.Until(relaxed), time.Second, "relaxed to the floor")

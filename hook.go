@@ -368,6 +368,7 @@ func (m *Maint) Close() error {
 	}
 	m.endRelaxReports()
 	m.wg.Wait()
+	m.dropSpares()
 	return nil
 }
 

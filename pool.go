@@ -21,6 +21,9 @@ type target struct {
 	// conns counts the target's open connections: a target is never
 	// forgotten under them (a MOVING they read pins its successor here).
 	conns atomic.Int64
+	// spare is a probe's connection that landed on a replacement, waiting
+	// for the next dial (spare.go).
+	spare atomic.Pointer[spare]
 }
 
 // tlsOpaque reports whether the target uses TLS through connections whose
@@ -35,6 +38,10 @@ type pin struct {
 	until  time.Time // the window's end plus the time the pin may outlive it
 	window time.Time // the window's end
 	gen    uint64
+	// landed is where the last dial through the pin landed: the
+	// successor's address as the client's dial path resolves it, which a
+	// probe of the configured address is compared with (drive.go, settle).
+	landed atomic.Pointer[string]
 	// fromLocal: the node that named it is reached at a local address, so
 	// a local successor is allowed (see successor.go).
 	fromLocal bool
@@ -161,7 +168,7 @@ func (m *Maint) sweepLocked() {
 	}
 	now := monoNow()
 	for k, t := range m.targets {
-		if t.pin.Load() == nil && t.conns.Load() == 0 && now-t.lastUse.Load() > int64(targetIdle) {
+		if t.pin.Load() == nil && t.conns.Load() == 0 && t.spare.Load() == nil && now-t.lastUse.Load() > int64(targetIdle) {
 			delete(m.targets, k)
 		}
 	}
