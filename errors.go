@@ -12,9 +12,10 @@ import (
 // replacement instead of reusing the connection.
 var ErrRetired = errors.New("maint: connection retired by a maintenance handoff")
 
-// ErrDrainCap is the error of a command still in flight on a retired
-// connection when the drain cap passed: the connection was closed under it,
-// as the server's close at the window's end would have done, but earlier.
+// ErrDrainCap is the error of a read or write on a retired connection that
+// maint closed at the drain cap, idle (a connection held past the cap, with
+// Conn() or Watch, and used again): maint never closes a connection with a
+// command in flight, so no command's reply is cut by it.
 var ErrDrainCap = errors.New("maint: connection closed at the drain cap of a maintenance handoff")
 
 // ErrSuccessorRejected is returned for a dial to a named successor that the

@@ -40,13 +40,14 @@ type HandoffReport struct {
 	// or fenced for a hold (Stats.Retired counts only those refused to the
 	// pool).
 	Retired int
-	// ClosedAtCap counts the old connections closed at the drain cap,
-	// BlockingAtCap those of them with a blocking command in flight (which
-	// go-redis runs again on another connection).
+	// ClosedAtCap counts the old connections closed at the drain cap (idle
+	// ones and subscribers), BlockingAtCap the ones left open there with a
+	// blocking command in flight (the server's close at the window's end
+	// ends it, unless its reply comes first).
 	ClosedAtCap, BlockingAtCap int
 	// LeftForServer counts the old connections still open when the handoff
-	// ended, because a reply to an ordinary command was owed: closing them
-	// would make go-redis run the command twice. The server closes them.
+	// ended, because a reply was owed (a blocking command's included):
+	// closing them would cut the command. The server closes them.
 	LeftForServer int
 	// Doomed counts new connections discarded for landing on the old node.
 	Doomed int
