@@ -35,7 +35,10 @@ func TestNamedSuccessorByHostNameStopsProbing(t *testing.T) {
 			rdb, m, ev := e.client(r, e.options(4))
 			l := startLoad(rdb, 4)
 			defer l.stop()
-			waitFor(t, "four connections in use", 10*time.Second, func() bool { return e.old.Stats().Open >= 4 })
+			waitFor(t, "four connections in use, opted in", 10*time.Second, func() bool {
+				st := e.old.Stats()
+				return st.Open >= 4 && st.OptedIn >= st.Open
+			})
 			oldOpen, newOpened := e.old.Stats().Open, e.new.Stats().Opened
 			e.old.SendRaw(resp.AppendMoving(nil, 1, int64(window/time.Second), net.JoinHostPort(succHost, e.new.Port()), false))
 			e.emu.DNS().SetAfter(host, window, e.new.IP())
