@@ -122,11 +122,13 @@ func (m *Maint) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if m.holds.Load() != nil {
 			if err := m.waitHolds(ctx); err != nil {
 				cmd.SetErr(err)
+				m.noteErr(err)
 				return err
 			}
 		}
 		if a := m.away.Load(); a != nil {
 			if done, err := m.awayProcess(ctx, a, cmd); done {
+				m.noteErr(err)
 				return err
 			}
 		}
@@ -149,6 +151,9 @@ func (m *Maint) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			if sc, ok := cmd.(*redis.ClusterSlotsCmd); ok {
 				cs.sawSlotMap(sc.Val())
 			}
+		}
+		if err != nil {
+			m.noteErr(err) // outcomes.go
 		}
 		return err
 	}
@@ -181,6 +186,7 @@ func (m *Maint) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 				for _, cmd := range cmds {
 					cmd.SetErr(err)
 				}
+				m.noteErr(err)
 				return err
 			}
 		}
@@ -192,6 +198,9 @@ func (m *Maint) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 		err := next(ctx, cmds)
 		if err != nil && errors.Is(err, redis.ErrPoolTimeout) {
 			err = m.poolRetry(ctx, func() error { return next(ctx, cmds) }, err)
+		}
+		if err != nil {
+			m.noteErr(err)
 		}
 		return err
 	}

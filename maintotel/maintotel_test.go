@@ -275,7 +275,7 @@ func TestMetricsThroughMigratingAndMoving(t *testing.T) {
 	units := map[string]string{
 		maintotel.MetricNotifications:   "{notification}",
 		maintotel.MetricRelaxedTimeout:  "{relaxation}",
-		maintotel.MetricHandoff:         "{handoff}",
+		maintotel.MetricHandoff:         "1",
 		maintotel.MetricHandoffDuration: "s",
 		maintotel.MetricConnections:     "{connection}",
 	}
