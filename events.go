@@ -154,6 +154,10 @@ type Event struct {
 	// Internal says, for EventError, that maint handled the error itself:
 	// the application did not see it.
 	Internal bool
+	// Pool names the pool of Node's connections: the address the client was
+	// configured with (redis.Options.Addr), as go-redis's OTel modules name
+	// a pool; "" when Node is "" or no longer known.
+	Pool string
 }
 
 // String formats the event for a log line.

@@ -55,6 +55,8 @@ type Maint struct {
 	// obs are the observers of the Maint's events (observe.go), copied on
 	// write under mu.
 	obs atomic.Pointer[[]*observer]
+	// pools maps a node's key to its pool's name, for events (outcomes.go).
+	pools sync.Map
 	// hs is what each endpoint answered to the opt-in (handshake.go).
 	// Guarded by mu, bounded.
 	hs map[string]*hsState
@@ -399,6 +401,9 @@ func (m *Maint) goBackground(f func()) bool {
 func (m *Maint) emit(e Event) {
 	if e.At.IsZero() {
 		e.At = time.Now()
+	}
+	if e.Pool == "" && e.Node != "" {
+		e.Pool = m.poolOf(e.Node)
 	}
 	m.logEvent(e)
 	if f := m.s.onEvent; f != nil {

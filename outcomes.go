@@ -17,7 +17,7 @@ import (
 // health check's peek met), or go-redis's close after maint's check
 // refused the connection's reuse.
 func (m *Maint) closedConn(c *conn) {
-	e := Event{Kind: EventConnClosed, Node: c.n.key, Count: 1, Detail: CloseHealthcheckFailed}
+	e := Event{Kind: EventConnClosed, Node: c.n.key, Pool: c.t.addr, Count: 1, Detail: CloseHealthcheckFailed}
 	switch why := c.closeErr.Load(); {
 	case why != nil && !errors.Is(*why, ErrRetired):
 		e.Detail, e.Err = CloseError, *why
@@ -47,4 +47,13 @@ func (m *Maint) noteErr(err error) {
 		return
 	}
 	m.emit(e)
+}
+
+// poolOf is the name of the pool whose connections reached node: the
+// configured address of the target whose connection registered it first.
+func (m *Maint) poolOf(node string) string {
+	if v, ok := m.pools.Load(node); ok {
+		return v.(string)
+	}
+	return ""
 }

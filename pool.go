@@ -108,6 +108,7 @@ func (m *Maint) register(c *conn, key string) {
 	if n == nil {
 		n = &node{key: key, conns: make(map[*conn]struct{})}
 		m.nodes[key] = n
+		m.pools.Store(key, c.t.addr)
 	}
 	n.mu.Lock()
 	n.conns[c] = struct{}{}
@@ -149,6 +150,7 @@ func (m *Maint) forgetIdleLocked(n *node) {
 	defer n.mu.Unlock()
 	if len(n.conns) == 0 && n.run.Load() == nil && !n.relaxing() && m.nodes[n.key] == n {
 		delete(m.nodes, n.key)
+		m.pools.Delete(n.key)
 	}
 }
 

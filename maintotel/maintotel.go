@@ -38,9 +38,10 @@
 // instrumentation scope says maintotel recorded them) and server.address
 // and server.port of the node concerned (the port only when it is not
 // 6379). The metrics the spec gives a db.client.connection.pool.name carry
-// it, and so do maint's own: by default the address of the node the pool's
-// connections reach, as go-redis names each node's pool by its address
-// (WithPoolName sets one name instead). The maint metrics add one bounded
+// it, and so do maint's own: by default the address the client was
+// configured with (redis.Options.Addr; a cluster's node clients have their
+// node's), the default of go-redis's redisotel module, or the node's address
+// when maint no longer knows it; WithPoolName sets one name instead. The maint metrics add one bounded
 // attribute naming the kind of event (redis.client.maint.event, .endpoint
 // or .reason, a handful of values each). The spec's required
 // redis.client.operation.retry_attempts is 0: maint does not see go-redis's
@@ -156,7 +157,8 @@ func WithLibrary(name string) Option { return func(c *config) { c.library = name
 
 // WithPoolName sets the db.client.connection.pool.name attribute of every
 // measurement (as redisotel.WithPoolName does for go-redis's own
-// metrics); the default is the address (host:port) of the node concerned.
+// metrics); the default is the address the client was configured with
+// (maint.Event.Pool).
 func WithPoolName(name string) Option { return func(c *config) { c.poolName = name } }
 
 // WithAttributes adds attributes to every measurement (keep their
@@ -188,12 +190,18 @@ type recorder struct {
 	refusals      metric.Int64Counter
 
 	mu      sync.Mutex
-	base    map[string][]attribute.KeyValue // per node: the common attributes
-	relaxOn map[relaxKey]int                // per node and notification: +1s recorded and not yet taken back
-	relaxBy map[string]string               // per node: the notification its recorded relaxation carries
+	base    map[where][]attribute.KeyValue // per node and pool: the common attributes
+	relaxOn map[relaxKey]int               // per node, pool and notification: +1s recorded and not yet taken back
+	relaxBy map[string]relaxKey            // per node: what its recorded relaxation carries
 }
 
-type relaxKey struct{ node, name string }
+// where is a node and the pool of its connections.
+type where struct{ node, pool string }
+
+type relaxKey struct {
+	where
+	name string
+}
 
 // Instrument records src's maintenance as metrics until stop is called.
 // stop unsubscribes and takes back what the relaxed-timeout gauge still
@@ -223,8 +231,8 @@ func Instrument(src Source, opts ...Option) (stop func(), err error) {
 
 func newRecorder(cfg config) (*recorder, error) {
 	m := cfg.mp.Meter(ScopeName)
-	r := &recorder{cfg: cfg, base: make(map[string][]attribute.KeyValue),
-		relaxOn: make(map[relaxKey]int), relaxBy: make(map[string]string)}
+	r := &recorder{cfg: cfg, base: make(map[where][]attribute.KeyValue),
+		relaxOn: make(map[relaxKey]int), relaxBy: make(map[string]relaxKey)}
 	var errs []error
 	counter := func(name, desc, unit string) metric.Int64Counter {
 		c, err := m.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
@@ -278,14 +286,15 @@ func newRecorder(cfg config) (*recorder, error) {
 	return r, nil
 }
 
-// nodeAttrs are the common attributes of node: system, library, server
-// address and port, pool name, and the configured ones.
-func (r *recorder) nodeAttrs(node string) []attribute.KeyValue {
+// nodeAttrs are the common attributes of w's measurements: system,
+// library, server address and port, pool name, and the configured ones.
+func (r *recorder) nodeAttrs(w where) []attribute.KeyValue {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if base, ok := r.base[node]; ok {
+	if base, ok := r.base[w]; ok {
 		return base
 	}
+	node := w.node
 	base := make([]attribute.KeyValue, 0, 5+len(r.cfg.attrs))
 	base = append(base, attribute.String(AttrDBSystem, "redis"), attribute.String(AttrLibrary, r.cfg.library))
 	if host, port, err := net.SplitHostPort(node); err == nil {
@@ -296,27 +305,31 @@ func (r *recorder) nodeAttrs(node string) []attribute.KeyValue {
 	} else if node != "" {
 		base = append(base, attribute.String(AttrServerAddr, node))
 	}
-	if pool := r.poolName(node); pool != "" {
+	if pool := r.poolName(w); pool != "" {
 		base = append(base, attribute.String(AttrPoolName, pool))
 	}
 	base = append(base, r.cfg.attrs...)
 	if len(r.base) < maxNodes {
-		r.base[node] = base
+		r.base[w] = base
 	}
 	return base
 }
 
-// poolName is the pool name of node's measurements.
-func (r *recorder) poolName(node string) string {
-	if r.cfg.poolName != "" {
+// poolName is the pool name of w's measurements: the one configured, or
+// the client's address the event names, or the node's.
+func (r *recorder) poolName(w where) string {
+	switch {
+	case r.cfg.poolName != "":
 		return r.cfg.poolName
+	case w.pool != "":
+		return w.pool
 	}
-	return node
+	return w.node
 }
 
-// attrsFor returns the common attributes of node, plus extra.
-func (r *recorder) attrsFor(node string, extra ...attribute.KeyValue) metric.MeasurementOption {
-	base := r.nodeAttrs(node)
+// attrsFor returns the common attributes of w, plus extra.
+func (r *recorder) attrsFor(w where, extra ...attribute.KeyValue) metric.MeasurementOption {
+	base := r.nodeAttrs(w)
 	if len(extra) == 0 {
 		return metric.WithAttributes(base...)
 	}
@@ -329,26 +342,26 @@ const maxNodes = 1024
 // record turns one event into measurements.
 func (r *recorder) record(e maint.Event) {
 	ctx := context.Background()
+	at := where{e.Node, e.Pool}
 	switch e.Kind {
 	case maint.EventNotification:
-		r.notifications.Add(ctx, 1, r.attrsFor(e.Node, attribute.String(AttrNotification, e.Name)))
+		r.notifications.Add(ctx, 1, r.attrsFor(at, attribute.String(AttrNotification, e.Name)))
 	case maint.EventMalformed:
-		r.ignored.Add(ctx, 1, r.attrsFor(e.Node, attribute.String(AttrReason, "malformed")))
+		r.ignored.Add(ctx, 1, r.attrsFor(at, attribute.String(AttrReason, "malformed")))
 	case maint.EventReplayed:
-		r.ignored.Add(ctx, 1, r.attrsFor(e.Node, attribute.String(AttrReason, "replayed")))
+		r.ignored.Add(ctx, 1, r.attrsFor(at, attribute.String(AttrReason, "replayed")))
 	case maint.EventHandoff:
-		r.handoffs.Add(ctx, 1, r.attrsFor(e.Node))
+		r.handoffs.Add(ctx, 1, r.attrsFor(at))
 	case maint.EventRelaxOn:
-		k := relaxKey{e.Node, e.Name}
+		k := relaxKey{at, e.Name}
 		r.mu.Lock()
 		r.relaxOn[k]++
-		r.relaxBy[e.Node] = e.Name
+		r.relaxBy[e.Node] = k
 		r.mu.Unlock()
-		r.relaxed.Add(ctx, 1, r.attrsFor(e.Node, attribute.String(AttrNotification, e.Name)))
+		r.relaxed.Add(ctx, 1, r.attrsFor(at, attribute.String(AttrNotification, e.Name)))
 	case maint.EventRelaxOff:
 		r.mu.Lock()
-		name, on := r.relaxBy[e.Node]
-		k := relaxKey{e.Node, name}
+		k, on := r.relaxBy[e.Node]
 		if on {
 			if r.relaxOn[k]--; r.relaxOn[k] <= 0 {
 				delete(r.relaxOn, k)
@@ -357,63 +370,63 @@ func (r *recorder) record(e maint.Event) {
 		}
 		r.mu.Unlock()
 		if on { // an end whose start was recorded: never below 0
-			r.relaxed.Add(ctx, -1, r.attrsFor(e.Node, attribute.String(AttrNotification, name)))
+			r.relaxed.Add(ctx, -1, r.attrsFor(k.where, attribute.String(AttrNotification, k.name)))
 		}
 	case maint.EventRetire:
-		r.connections(ctx, e.Node, "retired", e.Count)
+		r.connections(ctx, at, "retired", e.Count)
 	case maint.EventDrainCap:
-		r.connections(ctx, e.Node, "closed_at_cap", e.Count)
+		r.connections(ctx, at, "closed_at_cap", e.Count)
 	case maint.EventDoomed:
-		r.connections(ctx, e.Node, "doomed", 1)
+		r.connections(ctx, at, "doomed", 1)
 		// A new connection that landed on the retiring node failed maint's
 		// check and was closed at once.
-		r.closed.Add(ctx, 1, r.attrsFor(e.Node, attribute.String(AttrCloseReason, maint.CloseHealthcheckFailed)))
+		r.closed.Add(ctx, 1, r.attrsFor(at, attribute.String(AttrCloseReason, maint.CloseHealthcheckFailed)))
 	case maint.EventConnClosed:
 		extra := []attribute.KeyValue{attribute.String(AttrCloseReason, e.Detail)}
 		if e.Detail == maint.CloseError && e.Err != nil {
 			typ, cat := ErrorAttributes(e.Err)
 			extra = append(extra, attribute.String(AttrErrorType, typ), attribute.String(AttrErrorCategory, cat))
 		}
-		r.closed.Add(ctx, int64(max(e.Count, 1)), r.attrsFor(e.Node, extra...))
+		r.closed.Add(ctx, int64(max(e.Count, 1)), r.attrsFor(at, extra...))
 	case maint.EventError:
 		typ, cat := ErrorAttributes(e.Err)
-		r.recordError(ctx, e.Node, typ, cat, e.Internal, "")
+		r.recordError(ctx, at, typ, cat, e.Internal, "")
 	case maint.EventUnsupported:
-		r.refusals.Add(ctx, 1, r.attrsFor(e.Node))
+		r.refusals.Add(ctx, 1, r.attrsFor(at))
 		// The server's refusal of the opt-in, which maint handled: the
 		// connection carries on without notifications.
 		code := StatusCode(e.Detail)
-		r.recordError(ctx, e.Node, code, CategoryServer, true, code)
+		r.recordError(ctx, at, code, CategoryServer, true, code)
 	case maint.EventSuccessorRefused:
 		// The policy refused the successor a MOVING named; maint treats the
 		// MOVING as a null endpoint.
 		typ, cat := ErrorAttributes(maint.ErrSuccessorRejected)
-		r.recordError(ctx, e.Node, typ, cat, true, "")
+		r.recordError(ctx, at, typ, cat, true, "")
 	case maint.EventHeld:
-		o := r.attrsFor(e.Node)
+		o := r.attrsFor(at)
 		r.held.Add(ctx, int64(e.Count), o)
 		r.heldTime.Record(ctx, e.Duration.Seconds(), o)
 	case maint.EventHandoffReport:
 		if rep := e.Report; rep != nil {
 			if rep.Failed > 0 {
-				r.failed.Add(ctx, int64(rep.Failed), r.attrsFor(e.Node))
+				r.failed.Add(ctx, int64(rep.Failed), r.attrsFor(at))
 			}
 			how := "named"
 			if rep.Successor == "" {
 				how = "null"
 			}
-			o := r.attrsFor(e.Node, attribute.String(AttrEndpoint, how))
+			o := r.attrsFor(at, attribute.String(AttrEndpoint, how))
 			r.handoffTime.Record(ctx, rep.Duration.Seconds(), o)
 			if rep.Duration > rep.Window {
 				r.overruns.Add(ctx, 1, o)
 			}
-			r.connections(ctx, e.Node, "left_for_server", rep.LeftForServer)
+			r.connections(ctx, at, "left_for_server", rep.LeftForServer)
 		}
 	}
 }
 
 // recordError adds one point to redis.client.errors.
-func (r *recorder) recordError(ctx context.Context, node, typ, cat string, internal bool, status string) {
+func (r *recorder) recordError(ctx context.Context, at where, typ, cat string, internal bool, status string) {
 	extra := []attribute.KeyValue{
 		attribute.String(AttrErrorType, typ),
 		attribute.String(AttrErrorCategory, cat),
@@ -423,12 +436,12 @@ func (r *recorder) recordError(ctx context.Context, node, typ, cat string, inter
 	if status != "" {
 		extra = append(extra, attribute.String(AttrResponseStatus, status))
 	}
-	r.errs.Add(ctx, 1, r.attrsFor(node, extra...))
+	r.errs.Add(ctx, 1, r.attrsFor(at, extra...))
 }
 
-func (r *recorder) connections(ctx context.Context, node, what string, n int) {
+func (r *recorder) connections(ctx context.Context, at where, what string, n int) {
 	if n > 0 {
-		r.conns.Add(ctx, int64(n), r.attrsFor(node, attribute.String(AttrEvent, what)))
+		r.conns.Add(ctx, int64(n), r.attrsFor(at, attribute.String(AttrEvent, what)))
 	}
 }
 
@@ -437,9 +450,9 @@ func (r *recorder) takeBack() {
 	r.mu.Lock()
 	on := r.relaxOn
 	r.relaxOn = make(map[relaxKey]int)
-	r.relaxBy = make(map[string]string)
+	r.relaxBy = make(map[string]relaxKey)
 	r.mu.Unlock()
 	for k, n := range on {
-		r.relaxed.Add(context.Background(), -int64(n), r.attrsFor(k.node, attribute.String(AttrNotification, k.name)))
+		r.relaxed.Add(context.Background(), -int64(n), r.attrsFor(k.where, attribute.String(AttrNotification, k.name)))
 	}
 }
