@@ -287,30 +287,48 @@ func newRecorder(cfg config) (*recorder, error) {
 }
 
 // nodeAttrs are the common attributes of w's measurements: system,
-// library, server address and port, pool name, and the configured ones.
-func (r *recorder) nodeAttrs(w where) []attribute.KeyValue {
+// library, server address and port (unless pooled: the spec's pool
+// metrics have none, so that a pool's series stays one series when a
+// handoff moves it to another node), pool name, and the configured ones.
+func (r *recorder) nodeAttrs(w where, pooled bool) []attribute.KeyValue {
+	pool := r.poolName(w)
+	key := w
+	if pooled {
+		key = where{node: "\x00pooled", pool: pool}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if base, ok := r.base[w]; ok {
+	if base, ok := r.base[key]; ok {
 		return base
 	}
 	node := w.node
 	base := make([]attribute.KeyValue, 0, 5+len(r.cfg.attrs))
 	base = append(base, attribute.String(AttrDBSystem, "redis"), attribute.String(AttrLibrary, r.cfg.library))
-	if host, port, err := net.SplitHostPort(node); err == nil {
-		base = append(base, attribute.String(AttrServerAddr, host))
-		if p, err := strconv.Atoi(port); err == nil && p != defaultPort {
-			base = append(base, attribute.Int(AttrServerPort, p))
-		}
-	} else if node != "" {
-		base = append(base, attribute.String(AttrServerAddr, node))
+	if !pooled {
+		base = appendServer(base, node)
 	}
-	if pool := r.poolName(w); pool != "" {
+	if pool != "" {
 		base = append(base, attribute.String(AttrPoolName, pool))
 	}
 	base = append(base, r.cfg.attrs...)
 	if len(r.base) < maxNodes {
-		r.base[w] = base
+		r.base[key] = base
+	}
+	return base
+}
+
+// appendServer appends server.address and server.port of node.
+func appendServer(base []attribute.KeyValue, node string) []attribute.KeyValue {
+	host, port, err := net.SplitHostPort(node)
+	if err != nil {
+		if node != "" {
+			base = append(base, attribute.String(AttrServerAddr, node))
+		}
+		return base
+	}
+	base = append(base, attribute.String(AttrServerAddr, host))
+	if p, err := strconv.Atoi(port); err == nil && p != defaultPort {
+		base = append(base, attribute.Int(AttrServerPort, p))
 	}
 	return base
 }
@@ -329,7 +347,16 @@ func (r *recorder) poolName(w where) string {
 
 // attrsFor returns the common attributes of w, plus extra.
 func (r *recorder) attrsFor(w where, extra ...attribute.KeyValue) metric.MeasurementOption {
-	base := r.nodeAttrs(w)
+	return r.withBase(r.nodeAttrs(w, false), extra)
+}
+
+// poolAttrs returns the common attributes of w's pool, plus extra: those
+// of the spec's pool metrics (relaxed_timeout, handoff, closed).
+func (r *recorder) poolAttrs(w where, extra ...attribute.KeyValue) metric.MeasurementOption {
+	return r.withBase(r.nodeAttrs(w, true), extra)
+}
+
+func (r *recorder) withBase(base, extra []attribute.KeyValue) metric.MeasurementOption {
 	if len(extra) == 0 {
 		return metric.WithAttributes(base...)
 	}
@@ -351,14 +378,14 @@ func (r *recorder) record(e maint.Event) {
 	case maint.EventReplayed:
 		r.ignored.Add(ctx, 1, r.attrsFor(at, attribute.String(AttrReason, "replayed")))
 	case maint.EventHandoff:
-		r.handoffs.Add(ctx, 1, r.attrsFor(at))
+		r.handoffs.Add(ctx, 1, r.poolAttrs(at))
 	case maint.EventRelaxOn:
 		k := relaxKey{at, e.Name}
 		r.mu.Lock()
 		r.relaxOn[k]++
 		r.relaxBy[e.Node] = k
 		r.mu.Unlock()
-		r.relaxed.Add(ctx, 1, r.attrsFor(at, attribute.String(AttrNotification, e.Name)))
+		r.relaxed.Add(ctx, 1, r.poolAttrs(at, attribute.String(AttrNotification, e.Name)))
 	case maint.EventRelaxOff:
 		r.mu.Lock()
 		k, on := r.relaxBy[e.Node]
@@ -370,7 +397,7 @@ func (r *recorder) record(e maint.Event) {
 		}
 		r.mu.Unlock()
 		if on { // an end whose start was recorded: never below 0
-			r.relaxed.Add(ctx, -1, r.attrsFor(k.where, attribute.String(AttrNotification, k.name)))
+			r.relaxed.Add(ctx, -1, r.poolAttrs(k.where, attribute.String(AttrNotification, k.name)))
 		}
 	case maint.EventRetire:
 		r.connections(ctx, at, "retired", e.Count)
@@ -380,14 +407,14 @@ func (r *recorder) record(e maint.Event) {
 		r.connections(ctx, at, "doomed", 1)
 		// A new connection that landed on the retiring node failed maint's
 		// check and was closed at once.
-		r.closed.Add(ctx, 1, r.attrsFor(at, attribute.String(AttrCloseReason, maint.CloseHealthcheckFailed)))
+		r.closed.Add(ctx, 1, r.poolAttrs(at, attribute.String(AttrCloseReason, maint.CloseHealthcheckFailed)))
 	case maint.EventConnClosed:
 		extra := []attribute.KeyValue{attribute.String(AttrCloseReason, e.Detail)}
 		if e.Detail == maint.CloseError && e.Err != nil {
 			typ, cat := ErrorAttributes(e.Err)
 			extra = append(extra, attribute.String(AttrErrorType, typ), attribute.String(AttrErrorCategory, cat))
 		}
-		r.closed.Add(ctx, int64(max(e.Count, 1)), r.attrsFor(at, extra...))
+		r.closed.Add(ctx, int64(max(e.Count, 1)), r.poolAttrs(at, extra...))
 	case maint.EventError:
 		typ, cat := ErrorAttributes(e.Err)
 		r.recordError(ctx, at, typ, cat, e.Internal, "")
@@ -453,6 +480,6 @@ func (r *recorder) takeBack() {
 	r.relaxBy = make(map[string]relaxKey)
 	r.mu.Unlock()
 	for k, n := range on {
-		r.relaxed.Add(context.Background(), -int64(n), r.attrsFor(k.where, attribute.String(AttrNotification, k.name)))
+		r.relaxed.Add(context.Background(), -int64(n), r.poolAttrs(k.where, attribute.String(AttrNotification, k.name)))
 	}
 }
