@@ -49,6 +49,18 @@ func (m *Maint) noteErr(err error) {
 	m.emit(e)
 }
 
+// prunePoolsLocked forgets the pool names of nodes forgotten before this
+// sweep: a node's late events (a handoff's report) still find its pool
+// until the next sweep. m.mu is held.
+func (m *Maint) prunePoolsLocked() {
+	m.pools.Range(func(k, _ any) bool {
+		if _, ok := m.nodes[k.(string)]; !ok {
+			m.pools.Delete(k)
+		}
+		return true
+	})
+}
+
 // poolOf is the name of the pool whose connections reached node: the
 // configured address of the target whose connection registered it first.
 func (m *Maint) poolOf(node string) string {

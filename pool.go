@@ -150,7 +150,6 @@ func (m *Maint) forgetIdleLocked(n *node) {
 	defer n.mu.Unlock()
 	if len(n.conns) == 0 && n.run.Load() == nil && !n.relaxing() && m.nodes[n.key] == n {
 		delete(m.nodes, n.key)
-		m.pools.Delete(n.key)
 	}
 }
 
@@ -158,6 +157,7 @@ func (m *Maint) forgetIdleLocked(n *node) {
 // is idle once relaxation ends), and every target with no connection and
 // nothing to remember that was not dialled for a while. m.mu is held.
 func (m *Maint) sweepLocked() {
+	m.prunePoolsLocked() // outcomes.go
 	for _, n := range m.nodes {
 		m.forgetIdleLocked(n)
 	}
