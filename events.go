@@ -83,8 +83,8 @@ const (
 	// check refused its reuse (it was retired by a handoff), or maint
 	// closed a retired subscriber connection.
 	CloseHealthcheckFailed = "healthcheck_failed"
-	// CloseError: maint closed the connection under a command (the drain
-	// cap passed); Event.Err says with which error.
+	// CloseError: maint closed the connection at the drain cap (idle, or
+	// under a blocking command); Event.Err says with which error.
 	CloseError = "error"
 	// CloseServer: the server closed a connection maint had left to it
 	// (one that still owed a reply at the drain cap, or a retired one

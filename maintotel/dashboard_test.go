@@ -87,7 +87,7 @@ func TestDashboardOnPrometheus(t *testing.T) {
 	defer func() { _ = mp.Shutdown(context.Background()) }()
 	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	defer srv.Close()
-	prom := startPrometheus(t, bin, strings.TrimPrefix(srv.URL, "http://"))
+	prom := startPrometheus(t, bin, job, strings.TrimPrefix(srv.URL, "http://"))
 
 	// One database with an old and a new node; maint on the options route.
 	e := newEnv(t)
@@ -258,9 +258,9 @@ type promServer struct {
 }
 
 // startPrometheus starts Prometheus on a free loopback port, in a
-// temporary directory, scraping target every second, and stops it when the
-// test ends.
-func startPrometheus(t *testing.T, bin, target string) *promServer {
+// temporary directory, scraping target every second as job, and stops it
+// when the test ends.
+func startPrometheus(t *testing.T, bin, job, target string) *promServer {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := fmt.Sprintf(`global:
@@ -469,5 +469,71 @@ func (p *promServer) waitFor(t *testing.T, what, q string, c check) []sample {
 			t.Fatalf("%s: %s\nwant: %s\ngot: %v", what, q, why, got)
 		}
 		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// The demo's /metrics on the dashboard, unmodified: maintdemo
+// --metrics-addr, built from this repository, scraped by a real Prometheus
+// (job "demo-scrape": the series' own job="maintdemo" becomes exported_job),
+// and the dashboard's queries with $service_name = maintdemo and no label
+// rewritten: the MIGRATING run relaxes the pool (1, then 0), the named
+// MOVING runs hand it off (rate > 0) and close its old connections as
+// healthcheck_failed (rate > 0), and the error rate stays 0.
+func TestDemoOnPrometheus(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the demo")
+	}
+	bin := prometheusBinary(t)
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to build the demo with")
+	}
+	dir := t.TempDir()
+	demo := filepath.Join(dir, "maintdemo")
+	build := exec.Command(goBin, "build", "-o", demo, "./cmd/maintdemo")
+	build.Dir = ".." // the root module
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the demo: %v\n%s", err, out)
+	}
+	addr := freeLoopback(t)
+	prom := startPrometheus(t, bin, "demo-scrape", addr)
+	logf, err := os.Create(filepath.Join(dir, "demo.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(demo, "--scenario", "migrating,named", "--clients", "maint", "--window", "2s",
+		"--before", "2s", "--rate", "200", "--goroutines", "16", "--pool", "4",
+		"--metrics-addr", addr, "--metrics-linger", "60s")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM) // ends the linger
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}()
+
+	unmodified := strings.NewReplacer(`$service_name`, `maintdemo`, `$pool_name`, `.+`, `$__rate_interval`, `1m`)
+	pool := series{"db_client_connection_pool_name": "maintdemo", "redis_client_connection_notification": "MIGRATING"}
+	prom.waitFor(t, "demo: relaxed during MIGRATING", unmodified.Replace(panelRelaxed), want(pool, eq(1)))
+	prom.waitFor(t, "demo: relaxed after the MIGRATING run", unmodified.Replace(panelRelaxed), want(pool, eq(0)))
+	prom.waitFor(t, "demo: Connection Handoffs Rate", unmodified.Replace(panelHandoffs),
+		want(series{"db_client_connection_pool_name": "maintdemo"}, above(0)))
+	prom.waitFor(t, "demo: Connection Closures Rate", unmodified.Replace(panelClosures),
+		want(series{"redis_client_connection_close_reason": maint.CloseHealthcheckFailed}, above(0)))
+	prom.waitFor(t, "demo: Error Rate", unmodified.Replace(panelErrorRate), want(series{}, eq(0)))
+	select {
+	case err := <-exited:
+		log, _ := os.ReadFile(logf.Name())
+		t.Fatalf("the demo ended early: %v\n%s", err, log)
+	default:
 	}
 }

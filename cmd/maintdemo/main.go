@@ -200,7 +200,7 @@ func run(args []string, stdout io.Writer, stderr *os.File) int {
 	// readable unless --verbose asks for them.
 	redis.SetLogger(redisLogger{vlog})
 	if s.metricsAddr != "" {
-		s.live = newLiveMetrics()
+		s.live = newServedMetrics()
 		ms, err := serveMetrics(s.metricsAddr, s.live)
 		if err != nil {
 			fmt.Fprintln(stderr, "maintdemo:", err)

@@ -41,6 +41,11 @@ const demoJob = "maintdemo"
 // liveMetrics accumulates the measurements of maint events, from any
 // number of clients, for /metrics and --metrics.
 type liveMetrics struct {
+	// pool, when set, names every series' pool (maintotel.WithPoolName):
+	// /metrics files every run under one pool, as an application's client
+	// is one pool for its whole life, so that rate() sees the second run's
+	// handoff as an increase; --metrics prints each run's own.
+	pool    string
 	mu      sync.Mutex
 	sums    map[promKey]*promSum
 	hists   map[promKey]*promHist
@@ -49,6 +54,21 @@ type liveMetrics struct {
 
 func newLiveMetrics() *liveMetrics {
 	return &liveMetrics{sums: map[promKey]*promSum{}, hists: map[promKey]*promHist{}, relaxBy: map[string]promKey{}}
+}
+
+// demoPool is the pool name of every series /metrics serves.
+const demoPool = "maintdemo"
+
+// newServedMetrics is the liveMetrics of /metrics: one pool, whose
+// handoff and closed counters start at 0, so that the dashboard's rate()
+// sees the first handoff too.
+func newServedMetrics() *liveMetrics {
+	l := newLiveMetrics()
+	l.pool = demoPool
+	e := maint.Event{Pool: demoPool}
+	l.add("redis.client.connection.handoff", l.poolKV(e), 0)
+	l.add("redis.client.connection.closed", l.poolKV(e, "redis.client.connection.close.reason", maint.CloseHealthcheckFailed), 0)
+	return l
 }
 
 // promKey is one series: a metric's OpenTelemetry name and its attributes,
@@ -93,8 +113,8 @@ func attrs(kv ...string) string {
 
 // nodeKV are the common attributes of a node's measurements; poolKV those
 // of the spec's pool metrics, which carry no server (maintotel.go).
-func nodeKV(e maint.Event, extra ...string) string {
-	kv := []string{"db.system.name", "redis", "redis.client.library", library(), "db.client.connection.pool.name", pool(e)}
+func (l *liveMetrics) nodeKV(e maint.Event, extra ...string) string {
+	kv := []string{"db.system.name", "redis", "redis.client.library", library(), "db.client.connection.pool.name", l.poolOf(e)}
 	if host, port, err := net.SplitHostPort(e.Node); err == nil {
 		kv = append(kv, "server.address", host)
 		if port != "6379" {
@@ -106,12 +126,15 @@ func nodeKV(e maint.Event, extra ...string) string {
 	return attrs(append(kv, extra...)...)
 }
 
-func poolKV(e maint.Event, extra ...string) string {
+func (l *liveMetrics) poolKV(e maint.Event, extra ...string) string {
 	return attrs(append([]string{"db.system.name", "redis", "redis.client.library", library(),
-		"db.client.connection.pool.name", pool(e)}, extra...)...)
+		"db.client.connection.pool.name", l.poolOf(e)}, extra...)...)
 }
 
-func pool(e maint.Event) string {
+func (l *liveMetrics) poolOf(e maint.Event) string {
+	if l.pool != "" {
+		return l.pool
+	}
 	if e.Pool != "" {
 		return e.Pool
 	}
@@ -152,22 +175,22 @@ func (l *liveMetrics) observe(e maint.Event) {
 	defer l.mu.Unlock()
 	conns := func(what string, n int) {
 		if n > 0 {
-			l.add("redis.client.maint.connections", nodeKV(e, "redis.client.maint.event", what), float64(n))
+			l.add("redis.client.maint.connections", l.nodeKV(e, "redis.client.maint.event", what), float64(n))
 		}
 	}
 	switch e.Kind {
 	case maint.EventNotification:
-		l.add("redis.client.maintenance.notifications", nodeKV(e, "redis.client.connection.notification", e.Name), 1)
+		l.add("redis.client.maintenance.notifications", l.nodeKV(e, "redis.client.connection.notification", e.Name), 1)
 	case maint.EventMalformed, maint.EventReplayed:
 		why := "malformed"
 		if e.Kind == maint.EventReplayed {
 			why = "replayed"
 		}
-		l.add("redis.client.maint.notifications.ignored", nodeKV(e, "redis.client.maint.reason", why), 1)
+		l.add("redis.client.maint.notifications.ignored", l.nodeKV(e, "redis.client.maint.reason", why), 1)
 	case maint.EventHandoff:
-		l.add("redis.client.connection.handoff", poolKV(e), 1)
+		l.add("redis.client.connection.handoff", l.poolKV(e), 1)
 	case maint.EventRelaxOn:
-		k := promKey{"redis.client.connection.relaxed_timeout", poolKV(e, "redis.client.connection.notification", e.Name)}
+		k := promKey{"redis.client.connection.relaxed_timeout", l.poolKV(e, "redis.client.connection.notification", e.Name)}
 		l.relaxBy[e.Node] = k
 		l.addSum(false, k.name, k.attrs, 1)
 	case maint.EventRelaxOff:
@@ -181,19 +204,19 @@ func (l *liveMetrics) observe(e maint.Event) {
 		conns("closed_at_cap", e.Count)
 	case maint.EventDoomed:
 		conns("doomed", 1)
-		l.add("redis.client.connection.closed", poolKV(e, "redis.client.connection.close.reason", maint.CloseHealthcheckFailed), 1)
+		l.add("redis.client.connection.closed", l.poolKV(e, "redis.client.connection.close.reason", maint.CloseHealthcheckFailed), 1)
 	case maint.EventConnClosed:
 		kv := []string{"redis.client.connection.close.reason", e.Detail}
 		if e.Detail == maint.CloseError && e.Err != nil {
 			typ, cat := errorAttrs(e.Err)
 			kv = append(kv, "error.type", typ, "redis.client.errors.category", cat)
 		}
-		l.add("redis.client.connection.closed", poolKV(e, kv...), float64(max(e.Count, 1)))
+		l.add("redis.client.connection.closed", l.poolKV(e, kv...), float64(max(e.Count, 1)))
 	case maint.EventError:
 		typ, cat := errorAttrs(e.Err)
 		l.addError(e, typ, cat, e.Internal)
 	case maint.EventUnsupported:
-		l.add("redis.client.maint.handshake.refusals", nodeKV(e), 1)
+		l.add("redis.client.maint.handshake.refusals", l.nodeKV(e), 1)
 		code := "ERR"
 		if f := strings.Fields(e.Detail); len(f) > 0 && strings.ToUpper(f[0]) == f[0] {
 			code = f[0]
@@ -202,20 +225,20 @@ func (l *liveMetrics) observe(e maint.Event) {
 	case maint.EventSuccessorRefused:
 		l.addError(e, "maint.ErrSuccessorRejected", "other", true)
 	case maint.EventHeld:
-		l.add("redis.client.maint.commands.held", nodeKV(e), float64(e.Count))
-		l.record("redis.client.maint.hold.duration", nodeKV(e), holdBounds, e.Duration)
+		l.add("redis.client.maint.commands.held", l.nodeKV(e), float64(e.Count))
+		l.record("redis.client.maint.hold.duration", l.nodeKV(e), holdBounds, e.Duration)
 	case maint.EventHandoffReport:
 		if rep := e.Report; rep != nil {
 			if rep.Failed > 0 {
-				l.add("redis.client.maint.commands.failed", nodeKV(e), float64(rep.Failed))
+				l.add("redis.client.maint.commands.failed", l.nodeKV(e), float64(rep.Failed))
 			}
 			how := "named"
 			if rep.Successor == "" {
 				how = "null"
 			}
-			l.record("redis.client.maint.handoff.duration", nodeKV(e, "redis.client.maint.endpoint", how), handoffBounds, rep.Duration)
+			l.record("redis.client.maint.handoff.duration", l.nodeKV(e, "redis.client.maint.endpoint", how), handoffBounds, rep.Duration)
 			if rep.Duration > rep.Window {
-				l.add("redis.client.maint.handoff.overruns", nodeKV(e, "redis.client.maint.endpoint", how), 1)
+				l.add("redis.client.maint.handoff.overruns", l.nodeKV(e, "redis.client.maint.endpoint", how), 1)
 			}
 			conns("left_for_server", rep.LeftForServer)
 		}
@@ -225,7 +248,7 @@ func (l *liveMetrics) observe(e maint.Event) {
 func (l *liveMetrics) addError(e maint.Event, typ, cat string, internal bool, extra ...string) {
 	kv := append([]string{"error.type", typ, "redis.client.errors.category", cat,
 		"redis.client.errors.internal", strconv.FormatBool(internal), "redis.client.operation.retry_attempts", "0"}, extra...)
-	l.add("redis.client.errors", nodeKV(e, kv...), 1)
+	l.add("redis.client.errors", l.nodeKV(e, kv...), 1)
 }
 
 // errorAttrs is maintotel.ErrorAttributes for the errors maint reports.
