@@ -35,17 +35,20 @@
 //
 // Every measurement carries db.system.name = "redis", redis.client.library
 // ("go-redis:v<version>", the library whose connections these are; the
-// instrumentation scope says maintotel recorded them) and server.address
-// and server.port of the node concerned (the port only when it is not
-// 6379). The metrics the spec gives a db.client.connection.pool.name carry
-// it, and so do maint's own: by default the address the client was
+// instrumentation scope says maintotel recorded them) and
+// db.client.connection.pool.name: by default the address the client was
 // configured with (redis.Options.Addr; a cluster's node clients have their
 // node's), the default of go-redis's redisotel module, or the node's address
-// when maint no longer knows it; WithPoolName sets one name instead. The maint metrics add one bounded
-// attribute naming the kind of event (redis.client.maint.event, .endpoint
-// or .reason, a handful of values each). The spec's required
+// when maint no longer knows it; WithPoolName sets one name instead. The
+// spec's pool metrics (relaxed_timeout, handoff, closed) carry nothing else
+// of where, so that a pool stays one series when a handoff moves it to
+// another node; the others carry server.address and server.port of the node
+// concerned (the port only when it is not 6379). The maint metrics add one
+// bounded attribute naming the kind of event (redis.client.maint.event,
+// .endpoint or .reason, a handful of values each). The spec's required
 // redis.client.operation.retry_attempts is 0: maint does not see go-redis's
-// retries.
+// retries. ErrorAttributes maps maint's errors to error.type and
+// redis.client.errors.category.
 //
 // Held commands are counted when their handoff ends (maint.EventHeld, one
 // per handoff): maint emits no event per command, since the release of a
