@@ -37,24 +37,31 @@ func newErrorPath(t *testing.T, pool int, rt time.Duration, opts ...maint.Option
 	p.m = maint.New(append([]maint.Option{maint.WithLogf(func(string, ...any) {})}, opts...)...)
 	p.rdb = p.m.NewClient(&redis.Options{Addr: p.addr, Protocol: 3, PoolSize: pool, MaxRetries: -1,
 		Dialer: p.emu.Dialer(), ReadTimeout: rt, WriteTimeout: rt})
-	p.reader = sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(p.reader))
-	stop, err := maintotel.Instrument(p.m, maintotel.WithMeterProvider(mp))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cancel := p.m.Observe(p.ev.add)
 	t.Cleanup(func() {
-		cancel()
-		stop()
 		_ = p.rdb.Close()
 		_ = p.m.Close()
-		_ = mp.Shutdown(context.Background())
 	})
+	p.reader = instrument(t, p.m)
+	t.Cleanup(p.m.Observe(p.ev.add))
 	if err := p.rdb.Ping(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// instrument records m's metrics into a manual reader until the test
+// ends.
+func instrument(t *testing.T, m *maint.Maint) *sdkmetric.ManualReader {
+	t.Helper()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	stop, err := maintotel.Instrument(m, maintotel.WithMeterProvider(mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return reader
 }
 
 // onlyPoint returns the one point of the int64 sum name, failing unless
@@ -192,14 +199,7 @@ func TestErrorPathRefusedOptIn(t *testing.T) {
 		_ = rdb.Close()
 		_ = m.Close()
 	}()
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer func() { _ = mp.Shutdown(context.Background()) }()
-	stop, err := maintotel.Instrument(m, maintotel.WithMeterProvider(mp))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
+	reader := instrument(t, m)
 	if err := rdb.Ping(context.Background()).Err(); err != nil {
 		t.Fatalf("the application's error: %v, want none", err)
 	}

@@ -364,14 +364,7 @@ func TestHeldCommands(t *testing.T) {
 		_ = rdb.Close()
 		_ = m.Close()
 	}()
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer func() { _ = mp.Shutdown(context.Background()) }()
-	stop, err := maintotel.Instrument(m, maintotel.WithMeterProvider(mp))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
+	reader := instrument(t, m)
 	ev := newEvents()
 	defer m.Observe(ev.add)()
 	e.warm(t, rdb)
