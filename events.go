@@ -70,8 +70,10 @@ const (
 	EventConnClosed
 	// EventError: an error maint returned to the application (Internal
 	// false: a command's final error, seen by the process hooks) or
-	// handled itself (Internal true). Err is the error; Node the node
-	// concerned, when the error names one.
+	// handled itself (Internal true: the opt-in answered with a transient
+	// error, a redis.Error). Err is the error; Node the node concerned,
+	// when the error names one. A refusal for lack of support is
+	// EventUnsupported, a refused successor EventSuccessorRefused.
 	EventError
 )
 

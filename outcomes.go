@@ -69,3 +69,15 @@ func (m *Maint) poolOf(node string) string {
 	}
 	return ""
 }
+
+// serverReply is an error reply of the server that maint handled itself
+// (EventError with Internal set). It is a redis.Error, as go-redis's own
+// error replies are, so that metrics read its status code.
+type serverReply string
+
+func (e serverReply) Error() string { return string(e) }
+
+// RedisError marks it a Redis error reply (redis.Error).
+func (serverReply) RedisError() {}
+
+var _ redis.Error = serverReply("")

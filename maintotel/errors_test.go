@@ -209,6 +209,25 @@ func TestErrorPathRefusedOptIn(t *testing.T) {
 	}
 }
 
+// A transient refusal of the opt-in (the endpoint is loading): the
+// application sees no error; the point is internal, category server, type
+// LOADING.
+func TestErrorPathTransientHandshakeError(t *testing.T) {
+	e := newEnv(t)
+	e.old.SetHandshake(mainttest.Handshake{Answer: mainttest.AnswerError, Error: "LOADING Redis is loading the dataset in memory", Times: 1})
+	m := maint.New(maint.WithLogf(func(string, ...any) {}))
+	rdb := m.NewClient(&redis.Options{Addr: e.addr, Protocol: 3, PoolSize: 1, Dialer: e.emu.Dialer()})
+	defer func() {
+		_ = rdb.Close()
+		_ = m.Close()
+	}()
+	reader := instrument(t, m)
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("the application's error: %v, want none", err)
+	}
+	wantError(t, reader, true, "LOADING", maintotel.CategoryServer)
+}
+
 // A successor the policy refuses: maint treats the MOVING as a null
 // endpoint and no command fails; the point is internal,
 // maint.ErrSuccessorRejected, other.

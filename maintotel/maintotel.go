@@ -17,8 +17,9 @@
 //	                                                                     redis.client.connection.close.reason (healthcheck_failed, error,
 //	                                                                     server_close) and, for error, error.type and its category
 //	redis.client.errors                     Counter       {error}        errors maint returned to the application (internal=false) or
-//	                                                                     handled itself (internal=true: a refused opt-in, a refused
-//	                                                                     successor), by error.type and redis.client.errors.category
+//	                                                                     handled itself (internal=true: a refused opt-in, refused or
+//	                                                                     answered with LOADING..., a refused successor), by error.type
+//	                                                                     and redis.client.errors.category
 //
 // and what only maint knows, under redis.client.maint., a prefix the spec
 // does not use:

@@ -268,6 +268,12 @@ func errorAttrs(err error) (typ, category string) {
 	case errors.Is(err, maint.ErrSuccessorRejected):
 		return "maint.ErrSuccessorRejected", "other"
 	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) { // a server's reply maint handled: its status code
+		if f := strings.Fields(rerr.Error()); len(f) > 0 {
+			return f[0], "server"
+		}
+	}
 	return fmt.Sprintf("%T", err), "other"
 }
 
