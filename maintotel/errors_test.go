@@ -125,7 +125,19 @@ func heldCommand(t *testing.T, p *errorPath) {
 	t.Helper()
 	p.old.Moving(mainttest.Moving{Window: time.Second, To: p.new, Null: true, StopAccepting: true,
 		DNSHost: host, DNSLag: time.Minute})
-	p.ev.wait(t, p.rdb, maint.EventHold, 1)
+	// Traffic until the MOVING is read, none after: a command in flight
+	// when the hold starts would wait out the hold budget.
+	p.ev.wait(t, p.rdb, maint.EventHandoff, 1)
+	deadline := time.Now().Add(20 * time.Second)
+	for p.ev.count(maint.EventHold) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting for the hold")
+		}
+		select {
+		case <-p.ev.more:
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // A command held for a replacement until its context ends: the
