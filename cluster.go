@@ -38,6 +38,10 @@ import (
 //
 // docs/design.md ("Cluster") says why each step is so.
 type clusterState struct {
+	// seedsOptIn: Config.OptIn accepted a seed address, so every node
+	// client opts in (optin.go). Set before the first node client.
+	seedsOptIn bool
+
 	mu sync.Mutex // guards the following
 	// reload marks the ClusterClient's slot map for reload; nil until the
 	// ClusterClient is known (bind).

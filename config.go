@@ -40,6 +40,16 @@ type Config struct {
 	// endpoint). HandshakeRequired fails the connection instead.
 	// HandshakeOff never sends it.
 	Handshake HandshakeMode
+	// OptIn decides, for each address a client is configured with
+	// (redis.Options.Addr; a cluster's seed addresses, a ring's shards),
+	// whether the options route sends the opt-in handshake to it. nil means
+	// every address: HandshakeAuto asks, and remembers a refusal per
+	// endpoint for HandshakeRetry. OptInHosts() opts in only the hosts of
+	// services known to support maintenance notifications (Redis Cloud,
+	// Azure Managed Redis) and the hosts, suffixes and IP prefixes it is
+	// given; see optin.go for why that is not the default. An address it
+	// refuses is treated as HandshakeOff, Required or not.
+	OptIn func(addr string) bool
 	// HandshakeRetry is how long an endpoint that refused the opt-in for
 	// lack of support (an unknown command or subcommand) is not asked again;
 	// the first new connection after it asks again. Other refusals (LOADING,
@@ -108,6 +118,9 @@ func WithEndpointType(t string) Option { return func(c *Config) { c.EndpointType
 // WithHandshake sets Config.Handshake.
 func WithHandshake(h HandshakeMode) Option { return func(c *Config) { c.Handshake = h } }
 
+// WithOptIn sets Config.OptIn (OptInHosts builds the host-name policy).
+func WithOptIn(f func(addr string) bool) Option { return func(c *Config) { c.OptIn = f } }
+
 // WithHandshakeRetry sets Config.HandshakeRetry.
 func WithHandshakeRetry(d time.Duration) Option { return func(c *Config) { c.HandshakeRetry = d } }
 
@@ -173,6 +186,7 @@ type settings struct {
 	fixed          bool
 	handshake      HandshakeMode
 	handshakeRetry time.Duration // < 0: never remembered
+	optIn          func(addr string) bool
 	allow          func(string) bool
 	log            *slog.Logger
 	logf           func(string, ...any) // unstructured lines, at Warn through log (see Maint.logf)
@@ -196,6 +210,7 @@ func (c Config) settings() settings {
 		fixed:          c.FixedAddress,
 		handshake:      c.Handshake,
 		handshakeRetry: c.HandshakeRetry,
+		optIn:          c.OptIn,
 		allow:          c.AllowSuccessor,
 		log:            c.logger(),
 		onEvent:        c.OnEvent,

@@ -32,10 +32,11 @@ func configure(m *Maint, opt *redis.Options) {
 	// application's hooks and Limiter would see (go-redis issue #3853).
 	// Required adds a check in OnConnect, where a refusal fails the
 	// connection before the application's command is written.
-	opt.Dialer = m.dialWith(base, dialOpts{tls: tlsOn, inject: m.s.handshake != HandshakeOff && !resp2})
+	optIn := m.s.optsIn(opt.Addr) // optin.go
+	opt.Dialer = m.dialWith(base, dialOpts{tls: tlsOn, inject: optIn && !resp2})
 
 	prev := opt.OnConnect
-	required := m.s.handshake == HandshakeRequired && !resp2
+	required := m.s.handshake == HandshakeRequired && optIn && !resp2
 	addr := opt.Addr
 	opt.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
 		if required {

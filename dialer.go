@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"runtime"
 	"sync"
@@ -306,8 +307,9 @@ type conn struct {
 	optedIn atomic.Bool // the server answered the opt-in with +OK
 	hsLead  *hsState    // the endpoint's opt-in others wait for is this one's (guarded by Maint.mu)
 
-	closeOnce sync.Once
-	closeErr  atomic.Pointer[error] // why the Maint closed it
+	closeOnce  sync.Once
+	closeErr   atomic.Pointer[error] // why the Maint closed it
+	peerClosed atomic.Bool           // a read met the server's close (io.EOF): see closedConn
 }
 
 var (
@@ -394,6 +396,9 @@ func (c *conn) Read(p []byte) (int, error) {
 func (c *conn) ioErr(err error, d *deadline) error {
 	if err == nil {
 		return nil
+	}
+	if errors.Is(err, io.EOF) {
+		c.peerClosed.Store(true)
 	}
 	if why := c.closeErr.Load(); why != nil {
 		return fmt.Errorf("%w (%w)", *why, err)
@@ -526,12 +531,18 @@ func (c *conn) Close() error {
 
 // shut closes the connection and forgets it: Close and closeWith, once.
 func (c *conn) shut() error {
-	if s := c.state.Swap(stateClosed); s == stateFenced || s == stateRetired || s == stateClosing {
+	s := c.state.Swap(stateClosed)
+	out := s == stateFenced || s == stateRetired || s == stateClosing
+	if out {
 		c.n.lastDrained.Store(time.Now().UnixNano())
 	}
 	c.m.unregister(c)
 	c.m.leadGone(c)
-	return c.raw.Close()
+	err := c.raw.Close()
+	if out {
+		c.m.closedConn(c) // outcomes.go
+	}
+	return err
 }
 
 // closeWith closes the connection on the Maint's initiative, so that a read

@@ -60,6 +60,38 @@ const (
 	EventHeld
 	// EventHandoffReport: a handoff's story, once it has ended (Report).
 	EventHandoffReport
+	// EventConnClosed: a connection that maint took out of circulation
+	// (retired, fenced) or closed itself has been closed. Detail is the
+	// reason, in the terms of the cross-client metrics spec
+	// (CloseHealthcheckFailed, CloseError, CloseServer); for CloseError, Err
+	// is the error maint closed it with. One per connection: connections
+	// closed for reasons maint does not know (the application's Close, an
+	// idle eviction) are not reported.
+	EventConnClosed
+	// EventError: an error maint returned to the application (Internal
+	// false: a command's final error, seen by the process hooks) or
+	// handled itself (Internal true: the opt-in answered with a transient
+	// error, a redis.Error). Err is the error; Node the node concerned,
+	// when the error names one. A refusal for lack of support is
+	// EventUnsupported, a refused successor EventSuccessorRefused.
+	EventError
+)
+
+// Close reasons of EventConnClosed (its Detail): the values of the
+// cross-client spec's redis.client.connection.close.reason that apply to
+// the connections maint takes out of circulation.
+const (
+	// CloseHealthcheckFailed: go-redis closed the connection because maint's
+	// check refused its reuse (it was retired by a handoff), or maint
+	// closed a retired subscriber connection.
+	CloseHealthcheckFailed = "healthcheck_failed"
+	// CloseError: maint closed the connection at the drain cap (idle, or
+	// under a blocking command); Event.Err says with which error.
+	CloseError = "error"
+	// CloseServer: the server closed a connection maint had left to it
+	// (one that still owed a reply at the drain cap, or a retired one
+	// the server closed first).
+	CloseServer = "server_close"
 )
 
 var eventNames = [...]string{
@@ -83,6 +115,8 @@ var eventNames = [...]string{
 	EventRelaxOff:         "relax-off",
 	EventHeld:             "held",
 	EventHandoffReport:    "handoff-report",
+	EventConnClosed:       "conn-closed",
+	EventError:            "error",
 }
 
 // String returns the kind's name.
@@ -103,7 +137,8 @@ type Event struct {
 	Count  int    // connections concerned, if any
 	Detail string
 	// Name is the push's name (MOVING, MIGRATING, ...) for
-	// EventNotification and EventReplayed.
+	// EventNotification and EventReplayed, and of the push that started
+	// the relaxation for EventRelaxOn.
 	Name string
 	// Duration is the MOVING's window (EventHandoff), the longest wait of a
 	// held command (EventHeld), or the handoff's total duration
@@ -115,6 +150,16 @@ type Event struct {
 	// Report is the handoff's report (EventHandoffReport), shared by every
 	// receiver of the event: read it, do not change it.
 	Report *HandoffReport
+	// Err is the error of EventError, and of EventConnClosed when maint
+	// closed the connection with one.
+	Err error
+	// Internal says, for EventError, that maint handled the error itself:
+	// the application did not see it.
+	Internal bool
+	// Pool names the pool of Node's connections: the address the client was
+	// configured with (redis.Options.Addr), as go-redis's OTel modules name
+	// a pool; "" when Node is "" or no longer known.
+	Pool string
 }
 
 // String formats the event for a log line.

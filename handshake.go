@@ -280,6 +280,9 @@ func (c *conn) onHandshakeReply(frame []byte) {
 		} else {
 			c.m.c.handshakeErrors.Add(1)
 			c.m.answered(c, false, false, "")
+			// A transient refusal (LOADING, BUSY...), handled: the connection
+			// carries on without notifications (outcomes.go).
+			c.m.emit(Event{Kind: EventError, Node: c.remote, Internal: true, Err: serverReply(msg)})
 		}
 	default:
 		c.m.answered(c, false, false, "")

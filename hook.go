@@ -55,6 +55,8 @@ type Maint struct {
 	// obs are the observers of the Maint's events (observe.go), copied on
 	// write under mu.
 	obs atomic.Pointer[[]*observer]
+	// pools maps a node's key to its pool's name, for events (outcomes.go).
+	pools sync.Map
 	// hs is what each endpoint answered to the opt-in (handshake.go).
 	// Guarded by mu, bounded.
 	hs map[string]*hsState
@@ -122,11 +124,13 @@ func (m *Maint) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if m.holds.Load() != nil {
 			if err := m.waitHolds(ctx); err != nil {
 				cmd.SetErr(err)
+				m.noteErr(err)
 				return err
 			}
 		}
 		if a := m.away.Load(); a != nil {
 			if done, err := m.awayProcess(ctx, a, cmd); done {
+				m.noteErr(err)
 				return err
 			}
 		}
@@ -149,6 +153,9 @@ func (m *Maint) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			if sc, ok := cmd.(*redis.ClusterSlotsCmd); ok {
 				cs.sawSlotMap(sc.Val())
 			}
+		}
+		if err != nil {
+			m.noteErr(err) // outcomes.go
 		}
 		return err
 	}
@@ -181,6 +188,7 @@ func (m *Maint) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 				for _, cmd := range cmds {
 					cmd.SetErr(err)
 				}
+				m.noteErr(err)
 				return err
 			}
 		}
@@ -192,6 +200,9 @@ func (m *Maint) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 		err := next(ctx, cmds)
 		if err != nil && errors.Is(err, redis.ErrPoolTimeout) {
 			err = m.poolRetry(ctx, func() error { return next(ctx, cmds) }, err)
+		}
+		if err != nil {
+			m.noteErr(err)
 		}
 		return err
 	}
@@ -391,6 +402,9 @@ func (m *Maint) goBackground(f func()) bool {
 func (m *Maint) emit(e Event) {
 	if e.At.IsZero() {
 		e.At = time.Now()
+	}
+	if e.Pool == "" && e.Node != "" {
+		e.Pool = m.poolOf(e.Node)
 	}
 	m.logEvent(e)
 	if f := m.s.onEvent; f != nil {

@@ -152,6 +152,9 @@ func (g *Group) nodeClient(prev func(*redis.Options) *redis.Client, cs *clusterS
 	return func(opt *redis.Options) *redis.Client {
 		m := g.newMaint()
 		m.s.cluster = cs
+		if cs != nil && cs.seedsOptIn {
+			m.s.optIn = nil // optin.go
+		}
 		m.Configure(opt)
 		cli := prev(opt)
 		cli.AddHook(m)
@@ -188,7 +191,7 @@ func (g *Group) configureCluster(opt *redis.ClusterOptions) *clusterState {
 		defer g.mu.Unlock()
 		return g.clusters[opt]
 	}
-	cs := &clusterState{}
+	cs := &clusterState{seedsOptIn: g.seedsOptIn(opt.Addrs)}
 	g.mu.Lock()
 	g.clusters[opt] = cs
 	g.mu.Unlock()

@@ -145,6 +145,8 @@ var eventMessages = [...]string{
 	EventRelaxOff:         "maint: node relaxation ended",
 	EventHeld:             "maint: commands were held",
 	EventHandoffReport:    "maint: handoff report",
+	EventConnClosed:       "maint: connection out of circulation closed",
+	EventError:            "maint: error",
 }
 
 // levelOf is the level an event is logged at.
@@ -202,6 +204,9 @@ func (m *Maint) logEvent(e Event) {
 	}
 	if e.Detail != "" {
 		as = append(as, slog.String("detail", e.Detail))
+	}
+	if e.Err != nil {
+		as = append(as, slog.String("error", e.Err.Error()))
 	}
 	l.LogAttrs(ctx, lvl, msg, as...)
 }

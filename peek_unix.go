@@ -18,6 +18,9 @@ func (c *conn) peek(fd uintptr) bool {
 	case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
 		c.peekState = peekEmpty
 	default:
+		if n == 0 && err == nil {
+			c.peerClosed.Store(true) // the server closed it
+		}
 		c.peekState = peekOther
 	}
 	return true

@@ -115,6 +115,7 @@ func (m *Maint) register(c *conn, key string) {
 	if n == nil {
 		n = &node{key: key, conns: make(map[*conn]struct{})}
 		m.nodes[key] = n
+		m.pools.Store(key, c.t.addr)
 	}
 	n.mu.Lock()
 	n.conns[c] = struct{}{}
@@ -163,6 +164,7 @@ func (m *Maint) forgetIdleLocked(n *node) {
 // is idle once relaxation ends), and every target with no connection and
 // nothing to remember that was not dialled for a while. m.mu is held.
 func (m *Maint) sweepLocked() {
+	m.prunePoolsLocked() // outcomes.go
 	for _, n := range m.nodes {
 		m.forgetIdleLocked(n)
 	}

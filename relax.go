@@ -78,7 +78,7 @@ func (m *Maint) relax(n *node, nt resp.Notification) {
 	n.mu.Unlock()
 	m.noteRelaxed(until)
 	if on != 0 {
-		m.emit(Event{Kind: on, Node: n.key, Seq: nt.Seq})
+		m.emit(Event{Kind: on, Node: n.key, Seq: nt.Seq, Name: nt.Kind.String()})
 	}
 
 	n.epoch.Add(1)
@@ -138,7 +138,7 @@ func (m *Maint) relaxEnd(n *node, nt resp.Notification) {
 	open := len(n.ops)
 	n.mu.Unlock()
 	if on != 0 {
-		m.emit(Event{Kind: on, Node: n.key, Seq: nt.Seq})
+		m.emit(Event{Kind: on, Node: n.key, Seq: nt.Seq, Name: nt.Kind.String()})
 	}
 	m.emit(Event{Kind: EventRelaxEnd, Node: n.key, Seq: nt.Seq, Count: open,
 		Detail: fmt.Sprintf("%v ends seq %d; tail %v; %d still open", nt.Kind, ended, m.s.tail, open)})

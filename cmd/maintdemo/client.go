@@ -103,6 +103,9 @@ func newClient(k clientKind, d *database, s *settings, maxRetries int, logf func
 		}
 	case clientMaint:
 		m := maint.New(maint.WithLogf(logf), maint.WithOnEvent(onEvent))
+		if s.live != nil {
+			m.Observe(s.live.observe) // --metrics-addr
+		}
 		if s.maintRoute == routeConfigure {
 			// Configure, NewClient and AddHook: maint sends the handshake.
 			return m.NewClient(opt), m

@@ -120,6 +120,14 @@
 //	                    one unstarted (soak: or lost, duplicated or mixed up
 //	                    a write)
 //	--verbose           log go-redis, maint and the emulator to stderr
+//	--metrics           print what each maint client recorded, under
+//	                    maintotel's metric names, and each handoff's report
+//	--metrics-addr ADDR serve the maint clients' metrics at http://ADDR/metrics
+//	                    in the Prometheus text format while the demo runs,
+//	                    under the names the OpenTelemetry Prometheus exporter
+//	                    gives maintotel's, job="maintdemo" on every series
+//	--metrics-linger D  with --metrics-addr: how long /metrics stays up after
+//	                    the runs; an interrupt ends it (default 30s)
 //
 // While it runs, a progress line on stderr shows the run and its counts (one
 // line per run when stderr is not a terminal). Then, per scenario, a table

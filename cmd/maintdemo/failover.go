@@ -132,6 +132,9 @@ func (rn *runner) runFailover(sc *scenario, k clientKind, maxRetries int) (*runR
 		g = maint.NewGroup(maint.WithOnEvent(events.add),
 			maint.WithLogf(func(format string, args ...any) { rn.logf("%s: maint: "+format, append([]any{tag}, args...)...) }))
 		defer g.Close()
+		if s.live != nil {
+			g.Observe(s.live.observe) // --metrics-addr
+		}
 		if s.maintRoute == routeConfigure {
 			rdb = g.NewFailoverClient(opt)
 		} else {

@@ -9,8 +9,10 @@ import (
 	"io"
 	"log"
 	"os"
+	"os/signal"
 	"runtime/pprof"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -35,6 +37,11 @@ type settings struct {
 	verbose     bool
 	cpuProfile  string // --cpuprofile: where to write a CPU profile of the whole run
 	metrics     bool   // --metrics: print what each maint client recorded (metrics.go)
+	// --metrics-addr: serve the maint clients' metrics at /metrics while
+	// the demo runs (promexport.go), and for metricsLinger after.
+	metricsAddr   string
+	metricsLinger time.Duration
+	live          *liveMetrics // nil without --metrics-addr
 
 	// The soak (--scenario soak) instead of the scenarios.
 	soak       bool
@@ -87,6 +94,8 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 	fs.BoolVar(&s.check, "check", false, "exit with status 1 if maint failed any command (soak: or lost, duplicated or mixed up a write; reshard: or ran a write twice or lost one)")
 	fs.BoolVar(&s.verbose, "verbose", false, "log go-redis, maint and emulator events to stderr")
 	fs.BoolVar(&s.metrics, "metrics", false, "print the metrics each maint client recorded during its run, under maintotel's names, and each handoff's report (to stderr with --json; not with the soak)")
+	fs.StringVar(&s.metricsAddr, "metrics-addr", "", "serve the maint clients' metrics in the Prometheus text format at http://ADDR/metrics while the demo runs (e.g. 127.0.0.1:9464), under the names the OpenTelemetry Prometheus exporter gives maintotel's: point a Prometheus and the official Redis client dashboard at it")
+	fs.DurationVar(&s.metricsLinger, "metrics-linger", 30*time.Second, "with --metrics-addr: how long /metrics stays up after the runs (an interrupt ends it)")
 	fs.StringVar(&s.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (to see what delays the load generator)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: maintdemo [flags]\n\n"+
@@ -190,6 +199,23 @@ func run(args []string, stdout io.Writer, stderr *os.File) int {
 	// go-redis logs handoffs and pool errors to stderr; keep the report
 	// readable unless --verbose asks for them.
 	redis.SetLogger(redisLogger{vlog})
+	if s.metricsAddr != "" {
+		s.live = newServedMetrics()
+		ms, err := serveMetrics(s.metricsAddr, s.live)
+		if err != nil {
+			fmt.Fprintln(stderr, "maintdemo:", err)
+			return 2
+		}
+		fmt.Fprintf(stderr, "maintdemo: serving metrics at http://%s/metrics\n", ms.addr)
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		defer func() {
+			if s.metricsLinger > 0 {
+				fmt.Fprintf(stderr, "maintdemo: metrics stay at http://%s/metrics for %v (interrupt to end)\n", ms.addr, s.metricsLinger)
+			}
+			ms.close(ctx, s.metricsLinger)
+		}()
+	}
 	rn := &runner{s: s, logf: vlog.Printf, prog: newProgress(stderr)}
 	if s.soak {
 		return rn.runSoak(stdout, stderr)

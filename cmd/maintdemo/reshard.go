@@ -263,6 +263,9 @@ func (rn *runner) reshard(c reshardClient, maxRetries int) (*reshardRun, error) 
 	default:
 		cc = redis.NewClusterClient(opt)
 	}
+	if g != nil && s.live != nil {
+		g.Observe(s.live.observe) // --metrics-addr
+	}
 	defer func() {
 		_ = cc.Close()
 		if g != nil {
