@@ -1,6 +1,7 @@
 package maint
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 )
@@ -22,13 +23,31 @@ type mono = int64
 // monoNow is now on the monotonic clock; it is never zero.
 func monoNow() mono { return int64(time.Since(monoBase)) | 1 }
 
+// monoBaseSec and monoBaseNsec are monoBase on the wall clock.
+var monoBaseSec, monoBaseNsec = monoBase.Unix(), int64(monoBase.Nanosecond())
+
 // toMono converts a deadline; the zero time (no deadline) is 0. A time
-// before monoBase becomes 1, a deadline long passed.
+// before monoBase becomes 1, a deadline long passed. It is t.Sub(monoBase)
+// (saturated as Sub saturates), without Sub's general arithmetic for the
+// deadlines go-redis sets, which carry no monotonic reading: their
+// difference from monoBase is on the wall clock, as Sub takes it then.
 func toMono(t time.Time) mono {
 	if t.IsZero() {
 		return 0
 	}
-	d := int64(t.Sub(monoBase))
+	var d int64
+	if w := t.Round(0); w != t {
+		d = int64(t.Sub(monoBase)) // a monotonic reading: Sub uses it
+	} else {
+		s := t.Unix() - monoBaseSec
+		switch {
+		case s >= math.MaxInt64/int64(time.Second)-1:
+			return math.MaxInt64
+		case s < -1:
+			return 1
+		}
+		d = s*int64(time.Second) + int64(t.Nanosecond()) - monoBaseNsec
+	}
 	if d <= 0 {
 		return 1
 	}
@@ -90,9 +109,14 @@ func (c *conn) floor(asked, now mono) mono {
 // setDeadline records what go-redis asked for in the given directions and
 // applies it floored. The node's epoch is read before and after: if
 // relaxation started or the connection was retired meanwhile (see
-// refloor), the floor is applied again.
+// refloor), the floor is applied again. While nothing is relaxed and the
+// connection is not draining (every command, as long as no maintenance is
+// going on) the floor is asked itself, and t goes to the socket as go-redis
+// gave it: two stores of what was asked, a few loads, no conversion back.
 func (c *conn) setDeadline(t time.Time, read, write bool) error {
-	c.checking.Store(false)
+	if c.checking.Load() {
+		c.checking.Store(false)
+	}
 	asked := toMono(t)
 	if read {
 		c.rdl.asked.Store(asked)
@@ -101,11 +125,38 @@ func (c *conn) setDeadline(t time.Time, read, write bool) error {
 		c.wdl.asked.Store(asked)
 	}
 	e := c.n.epoch.Load()
+	if c.n.relaxUntil.Load() == 0 && !c.draining() {
+		if read {
+			c.rdl.setApplied(asked)
+		}
+		if write {
+			c.wdl.setApplied(asked)
+		}
+		var err error
+		switch {
+		case read && write:
+			err = c.raw.SetDeadline(t)
+		case read:
+			err = c.raw.SetReadDeadline(t)
+		default:
+			err = c.raw.SetWriteDeadline(t)
+		}
+		if c.n.epoch.Load() == e {
+			return err
+		}
+	}
 	err := c.apply(asked, read, write)
 	if c.n.epoch.Load() != e {
 		err = c.apply(asked, read, write)
 	}
 	return err
+}
+
+// setApplied records v as what the socket has, storing only a change.
+func (d *deadline) setApplied(v mono) {
+	if d.applied.Load() != v {
+		d.applied.Store(v)
+	}
 }
 
 func (c *conn) apply(asked mono, read, write bool) error {

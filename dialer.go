@@ -313,7 +313,6 @@ func (m *Maint) wrap(t *target, raw net.Conn, remote string) *conn {
 	c.winFn = c.peekWindow
 	c.takeFn = c.take
 	c.rd.OnStripped = c.onNotification
-	c.rd.OnReply = c.onReply
 	c.rd.OnMalformed = c.onMalformedReply
 	c.rd.OnOversize = c.onOversize
 	m.register(c, key)
@@ -344,8 +343,14 @@ func isSubscription(name []byte) bool {
 	return false
 }
 
-func (c *conn) onReply() {
-	c.replies.Add(1)
+// countReplies publishes the replies the Stripper has counted, once per
+// Read rather than once per reply: go-redis sees a reply only when Read
+// returns, and a count read meanwhile (by the drain cap) errs on the side
+// of owed.
+func (c *conn) countReplies() {
+	if r := c.rd.Replies(); r != c.replies.Load() {
+		c.replies.Store(r)
+	}
 }
 
 // onOversize counts and reports a maintenance push larger than maint
@@ -362,15 +367,20 @@ func (c *conn) onMalformedReply(err error) {
 
 // Read returns the server's bytes minus maintenance notifications.
 func (c *conn) Read(p []byte) (int, error) {
-	if c.checking.Swap(false) {
+	if c.checking.Load() && c.checking.Swap(false) {
 		// Inside the pool's health check: only what is there already.
 		_ = c.raw.SetReadDeadline(time.Now().Add(2 * time.Millisecond))
 		n, err := c.rd.Read(c.raw, p)
+		c.countReplies()
 		c.restoreRead()
 		return n, c.readErr(err)
 	}
 	n, err := c.rd.Read(c.raw, p)
-	return n, c.readErr(err)
+	c.countReplies()
+	if err != nil {
+		return n, c.readErr(err)
+	}
+	return n, nil
 }
 
 func (c *conn) readErr(err error) error {

@@ -140,6 +140,9 @@ type Stripper struct {
 	// framing stays exact for any real stream.
 	want uint64
 
+	// replies counts the replies seen (see Replies).
+	replies uint64
+
 	// dropIn is 0, or 1 + the number of replies to complete before the
 	// reply DropReply asked to remove begins.
 	dropIn int
@@ -173,6 +176,10 @@ type Stripper struct {
 // StrippedOversize returns how many matched pushes were larger than
 // MaxStripped and so were discarded without calling OnStripped.
 func (s *Stripper) StrippedOversize() uint64 { return s.nOver }
+
+// Replies returns how many replies the Stripper has seen complete: the
+// frames OnReply is called for, since the start or the last Reset.
+func (s *Stripper) Replies() uint64 { return s.replies }
 
 // Passthrough reports whether the Stripper has stopped parsing and passes
 // bytes through unchanged: after a framing error (OnMalformed was called),
@@ -240,8 +247,11 @@ func (s *Stripper) Read(r io.Reader, p []byte) (int, error) {
 		if staged {
 			buf = s.work[:]
 		}
-		h := copy(buf, s.hold[:s.nhold])
-		s.nhold = 0
+		h := 0
+		if s.nhold > 0 {
+			h = copy(buf, s.hold[:s.nhold])
+			s.nhold = 0
+		}
 		m, err := r.Read(buf[h:])
 		if m < 0 || m > len(buf)-h {
 			return 0, errors.New("resp: reader returned an invalid count")
@@ -343,6 +353,9 @@ func (s *Stripper) scan(buf []byte) int {
 		s.start = 0
 	}
 	i := 0
+	if s.st == stType && s.want == 0 && s.push == pushNone {
+		i = s.wholeReplies(buf)
+	}
 	for i < len(buf) {
 		c := buf[i]
 		switch s.st {
@@ -528,6 +541,63 @@ func (s *Stripper) scan(buf []byte) int {
 	return s.w
 }
 
+// wholeReplies frames the whole replies at the start of buf while the
+// Stripper stands between two frames (the common case: a read that brings
+// one or more complete replies), and returns the offset after the last of
+// them. It keeps no state but what a reply changes (the reply count, a
+// pending drop's countdown): the general parser of scan takes over at a
+// push, an attribute, the reply to drop, or a frame that is not complete in
+// buf (or cannot be framed), from that frame's first byte.
+func (s *Stripper) wholeReplies(buf []byte) int {
+	i := 0
+	for i < len(buf) && s.dropIn != 1 {
+		if c := buf[i]; c == '>' || c == '|' {
+			break
+		}
+		n := replyLen(buf[i:])
+		if n < 0 {
+			break
+		}
+		i += n
+		if s.dropIn > 1 {
+			s.dropIn--
+		}
+		s.replies++
+		if s.OnReply != nil {
+			s.OnReply()
+		}
+	}
+	return i
+}
+
+// replyLen is frameLen, with a shortcut for the most common reply, a bulk
+// string of up to 18 length digits (GET): the rest goes to frameLen.
+func replyLen(b []byte) int {
+	if len(b) < 4 || b[0] != '$' {
+		return frameLen(b)
+	}
+	i, n := 1, 0
+	for ; i < len(b); i++ {
+		d := b[i] - '0'
+		if d > 9 {
+			break
+		}
+		n = n*10 + int(d)
+	}
+	if i == 1 || i > 19 || len(b)-i < 2 || b[i] != '\r' || b[i+1] != '\n' {
+		return frameLen(b) // a null, a long or a partial length: the general rules
+	}
+	i += 2
+	if n > len(b)-i-2 {
+		return -1 // not complete in b
+	}
+	e := i + n
+	if b[e] != '\r' || b[e+1] != '\n' {
+		return -1 // the general parser reports it
+	}
+	return e + 2
+}
+
 // lineEnd returns the offset of the CR that ends the line whose body starts
 // at buf[from], if the body and its CRLF are in buf, hold no other CR or
 // LF, and (for a header of class cl) are short enough to be a length.
@@ -690,6 +760,7 @@ func (s *Stripper) topDone(buf []byte, end int) {
 			if s.dropIn > 1 {
 				s.dropIn--
 			}
+			s.replies++
 			if s.OnReply != nil {
 				s.OnReply()
 			}
