@@ -64,8 +64,29 @@ func fromMono(m mono) time.Time {
 
 // deadline is one direction (read or write) of a connection's deadline.
 type deadline struct {
-	asked   atomic.Int64 // mono: what go-redis asked for, 0 for none
-	applied atomic.Int64 // mono: what the socket has, 0 for none
+	asked atomic.Int64 // mono: what go-redis asked for, 0 for none
+	// applied is what the socket has (mono, 0 for none), or asAsked: what
+	// was asked, as setDeadline's fast path records it, with no store per
+	// command while it stays so.
+	applied atomic.Int64
+}
+
+// asAsked in deadline.applied: the socket has what was asked.
+const asAsked mono = -1
+
+// socket returns what the socket has: mono, 0 for none.
+func (d *deadline) socket() mono {
+	if v := d.applied.Load(); v != asAsked {
+		return v
+	}
+	return d.asked.Load()
+}
+
+// markAsAsked records that the socket has what was asked.
+func (d *deadline) markAsAsked() {
+	if d.applied.Load() != asAsked {
+		d.applied.Store(asAsked)
+	}
 }
 
 // minRelaxable is the shortest deadline relaxation raises: go-redis's own
@@ -112,7 +133,8 @@ func (c *conn) floor(asked, now mono) mono {
 // refloor), the floor is applied again. While nothing is relaxed and the
 // connection is not draining (every command, as long as no maintenance is
 // going on) the floor is asked itself, and t goes to the socket as go-redis
-// gave it: two stores of what was asked, a few loads, no conversion back.
+// gave it: one store of what was asked per direction, a few loads, no conversion
+// back.
 func (c *conn) setDeadline(t time.Time, read, write bool) error {
 	if c.checking.Load() {
 		c.checking.Store(false)
@@ -127,10 +149,10 @@ func (c *conn) setDeadline(t time.Time, read, write bool) error {
 	e := c.n.epoch.Load()
 	if c.n.relaxUntil.Load() == 0 && !c.draining() {
 		if read {
-			c.rdl.setApplied(asked)
+			c.rdl.markAsAsked()
 		}
 		if write {
-			c.wdl.setApplied(asked)
+			c.wdl.markAsAsked()
 		}
 		var err error
 		switch {
@@ -150,13 +172,6 @@ func (c *conn) setDeadline(t time.Time, read, write bool) error {
 		err = c.apply(asked, read, write)
 	}
 	return err
-}
-
-// setApplied records v as what the socket has, storing only a change.
-func (d *deadline) setApplied(v mono) {
-	if d.applied.Load() != v {
-		d.applied.Store(v)
-	}
 }
 
 func (c *conn) apply(asked mono, read, write bool) error {
@@ -207,8 +222,12 @@ func (c *conn) refloorOne(d *deadline, now mono, set func(time.Time) error) {
 	if v <= now {
 		return
 	}
-	cur := d.applied.Load()
-	if cur == 0 || v <= cur || !d.applied.CompareAndSwap(cur, v) {
+	raw := d.applied.Load()
+	cur := raw
+	if raw == asAsked {
+		cur = asked
+	}
+	if cur == 0 || v <= cur || !d.applied.CompareAndSwap(raw, v) {
 		return
 	}
 	_ = set(fromMono(v))
@@ -225,4 +244,4 @@ func (c *conn) refloorOne(d *deadline, now mono, set func(time.Time) error) {
 
 // restoreRead puts back on the socket the read deadline it had before the
 // health check's short one: a peek leaves no trace.
-func (c *conn) restoreRead() { _ = c.raw.SetReadDeadline(fromMono(c.rdl.applied.Load())) }
+func (c *conn) restoreRead() { _ = c.raw.SetReadDeadline(fromMono(c.rdl.socket())) }

@@ -401,7 +401,9 @@ func (c *conn) readErr(err error) error {
 // under-counted; behind go-redis's first command on the options route it
 // writes maint's opt-in (handshake.go).
 func (c *conn) Write(p []byte) (int, error) {
-	c.checking.Store(false)
+	if c.checking.Load() {
+		c.checking.Store(false)
+	}
 	k := c.wr.Feed(p)
 	if k > 0 {
 		// lastBlocking before written: whoever sees the new count sees

@@ -256,7 +256,17 @@ func (s *Stripper) Read(r io.Reader, p []byte) (int, error) {
 		if m < 0 || m > len(buf)-h {
 			return 0, errors.New("resp: reader returned an invalid count")
 		}
-		k := s.scan(buf[:h+m])
+		// Whole replies at a frame boundary are framed without the general
+		// parser; a read of nothing else is returned as it came.
+		from := 0
+		if s.st == stType && s.want == 0 && s.push == pushNone {
+			from = s.wholeReplies(buf[:h+m])
+			if h == 0 && from == m && m > 0 && err == nil {
+				s.empty = 0
+				return m, nil
+			}
+		}
+		k := s.scan(buf[:h+m], from)
 		if err == io.EOF {
 			s.flushAtEOF()
 		}
@@ -347,15 +357,14 @@ func (s *Stripper) resetParser() {
 
 // scan parses buf, which continues the stream, removes stripped frames
 // from it in place and returns the length of the output left at buf[:n].
-func (s *Stripper) scan(buf []byte) int {
+// buf[:from] are whole replies wholeReplies has framed already (passed
+// through as they are).
+func (s *Stripper) scan(buf []byte, from int) int {
 	s.w, s.keep = 0, 0
 	if s.push >= pushStrip {
 		s.start = 0
 	}
-	i := 0
-	if s.st == stType && s.want == 0 && s.push == pushNone {
-		i = s.wholeReplies(buf)
-	}
+	i := from
 	for i < len(buf) {
 		c := buf[i]
 		switch s.st {
