@@ -15,8 +15,12 @@ import (
 // With maint on, a go-redis client allocates no more per command than
 // plain go-redis on the same in-memory server: single commands and
 // pipelines, counted exactly (testing.AllocsPerRun), so the guard cannot
-// flake on a busy machine.
+// flake on a busy machine. (Without the race detector: with it, sync.Pool
+// drops items at random and go-redis's own counts vary.)
 func TestClientAllocatesNoMoreThanPlain(t *testing.T) {
+	if raceOn {
+		t.Skip("the race detector makes go-redis's pooled allocations vary (sync.Pool drops items at random)")
+	}
 	ctx := context.Background()
 	allocs := map[string][2]float64{}
 	for _, c := range benchClients {

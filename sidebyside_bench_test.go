@@ -144,18 +144,30 @@ func (srv sbsServer) options(i, n int) *redis.Options {
 		mode = maintnotifications.ModeEnabled
 	}
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: mode}
-	if srv.shim {
-		d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 5 * time.Minute}
-		opt.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := d.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
+	d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 5 * time.Minute}
+	opt.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		// Fixed socket buffers: the kernel's autotuning otherwise gives
+		// each connection buffers of its own history, and the large-value
+		// rows would compare connections rather than clients.
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetReadBuffer(sbsSocketBuffer)
+			_ = tc.SetWriteBuffer(sbsSocketBuffer)
+		}
+		if srv.shim {
 			return &sbsShim{Conn: c, sc: c.(syscall.Conn)}, nil
 		}
+		return c, nil
 	}
 	return opt
 }
+
+// sbsSocketBuffer is the size asked for every benchmark connection's
+// socket buffers (the kernel caps it at net.core.[rw]mem_max).
+const sbsSocketBuffer = 1 << 20
 
 // open returns client i for srv and the function that closes it.
 func (srv sbsServer) open(i, n int) (*redis.Client, func()) {

@@ -142,6 +142,9 @@ type Stripper struct {
 
 	// replies counts the replies seen (see Replies).
 	replies uint64
+	// decided: wholeReplies asked Strip about the push the general parser
+	// reads next, and Strip said to remove it.
+	decided bool
 
 	// dropIn is 0, or 1 + the number of replies to complete before the
 	// reply DropReply asked to remove begins.
@@ -554,14 +557,31 @@ func (s *Stripper) scan(buf []byte, from int) int {
 // Stripper stands between two frames (the common case: a read that brings
 // one or more complete replies), and returns the offset after the last of
 // them. It keeps no state but what a reply changes (the reply count, a
-// pending drop's countdown): the general parser of scan takes over at a
-// push, an attribute, the reply to drop, or a frame that is not complete in
-// buf (or cannot be framed), from that frame's first byte.
+// pending drop's countdown): the general parser of scan takes over at an
+// attribute, the reply to drop, a push to strip, or a frame that is not
+// complete in buf (or cannot be framed, or whose push name the general
+// rules must judge), from that frame's first byte. A whole push that is
+// not stripped (a pub/sub message) is passed over here, as the general
+// parser passes it.
 func (s *Stripper) wholeReplies(buf []byte) int {
 	i := 0
 	for i < len(buf) && s.dropIn != 1 {
-		if c := buf[i]; c == '>' || c == '|' {
+		c := buf[i]
+		if c == '|' {
 			break
+		}
+		if c == '>' {
+			n, name, ok := pushFrame(buf[i:])
+			if !ok {
+				break
+			}
+			if s.Strip != nil && s.Strip(name) {
+				// The general parser removes it, without asking again.
+				s.decided = true
+				break
+			}
+			i += n
+			continue
 		}
 		n := replyLen(buf[i:])
 		if n < 0 {
@@ -579,22 +599,110 @@ func (s *Stripper) wholeReplies(buf []byte) int {
 	return i
 }
 
-// replyLen is frameLen, with a shortcut for the most common reply, a bulk
-// string of up to 18 length digits (GET): the rest goes to frameLen.
+// pushFrame returns the length of the whole push frame at the start of b
+// and its name, when the frame is complete in b and its name is one the
+// general parser would ask Strip about the same way: a first element that
+// is a bulk string of at most maxNameLen bytes or a simple string, at most
+// maxNameLen bytes long. Otherwise it reports false.
+func pushFrame(b []byte) (n int, name []byte, ok bool) {
+	n = frameLen(b)
+	if n < 0 {
+		return 0, nil, false
+	}
+	cr := lineEnd(b[:n], 1, clArray)
+	if cr < 0 {
+		return 0, nil, false
+	}
+	if count, err := parseLength('>', b[1:cr]); err != nil || count < 1 {
+		return 0, nil, false
+	}
+	j := cr + 2
+	switch b[j] {
+	case '$':
+		cr := lineEnd(b[:n], j+1, clBlob)
+		if cr < 0 {
+			return 0, nil, false
+		}
+		l, err := parseLength('$', b[j+1:cr])
+		if err != nil || l < 0 || l > maxNameLen {
+			return 0, nil, false
+		}
+		return n, b[cr+2 : cr+2+int(l)], true
+	case '+':
+		cr := lineEnd(b[:n], j+1, clLine)
+		if cr < 0 || cr-(j+1) > maxNameLen {
+			return 0, nil, false
+		}
+		return n, b[j+1 : cr], true
+	}
+	return 0, nil, false
+}
+
+// replyLen is frameLen, with shortcuts for the most common replies: a bulk
+// string (GET) and an array of bulk strings (MGET, LRANGE), each of up to
+// 18 length digits. The rest goes to frameLen.
 func replyLen(b []byte) int {
-	if len(b) < 4 || b[0] != '$' {
+	if len(b) < 4 {
 		return frameLen(b)
 	}
-	i, n := 1, 0
-	for ; i < len(b); i++ {
-		d := b[i] - '0'
-		if d > 9 {
+	switch b[0] {
+	case '$':
+		if e := blobEnd(b, 0); e != -2 {
+			return e
+		}
+	case '*':
+		i, n := 1, 0
+		for ; i < len(b); i++ {
+			d := b[i] - '0'
+			if d > 9 {
+				break
+			}
+			n = n*10 + int(d)
+		}
+		if i == 1 || i > 19 || len(b)-i < 2 || b[i] != '\r' || b[i+1] != '\n' || n > len(b) {
 			break
 		}
-		n = n*10 + int(d)
+		i += 2
+		for ; n > 0; n-- {
+			e := blobEnd(b, i)
+			if e == -2 {
+				return frameLen(b) // an element of another kind
+			}
+			if e < 0 {
+				return -1
+			}
+			i = e
+		}
+		return i
 	}
-	if i == 1 || i > 19 || len(b)-i < 2 || b[i] != '\r' || b[i+1] != '\n' {
-		return frameLen(b) // a null, a long or a partial length: the general rules
+	return frameLen(b)
+}
+
+// blobEnd returns the offset after the bulk string at b[i], -1 if it is
+// not complete in b (or not followed by CRLF: the general parser reports
+// that), or -2 if b[i] does not start a bulk string of up to 18 length
+// digits (a null, another type, a length the general rules must judge).
+func blobEnd(b []byte, i int) int {
+	if i >= len(b) || b[i] != '$' {
+		return -2
+	}
+	i++
+	d, n := i, 0
+	for ; i < len(b); i++ {
+		c := b[i] - '0'
+		if c > 9 {
+			break
+		}
+		n = n*10 + int(c)
+	}
+	if i == d || i-d > 18 {
+		return -2
+	}
+	if len(b)-i < 2 {
+		return -1
+	}
+	if b[i] != '\r' || b[i+1] != '\n' {
+		return -2
 	}
 	i += 2
 	if n > len(b)-i-2 {
@@ -602,7 +710,7 @@ func replyLen(b []byte) int {
 	}
 	e := i + n
 	if b[e] != '\r' || b[e+1] != '\n' {
-		return -1 // the general parser reports it
+		return -1
 	}
 	return e + 2
 }
@@ -742,7 +850,12 @@ func (s *Stripper) done(buf []byte, end int) {
 // decide asks Strip about the pending push whose name just completed.
 func (s *Stripper) decide(buf []byte) {
 	name := buf[s.nameAt : s.nameAt+s.nameLen]
-	if s.Strip != nil && s.Strip(name) {
+	strip := s.decided
+	s.decided = false
+	if !strip && s.Strip != nil {
+		strip = s.Strip(name)
+	}
+	if strip {
 		s.flush(buf, s.start)
 		s.remove(pushStrip)
 		s.nname = copy(s.name[:], name)
