@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
@@ -58,12 +57,7 @@ type benchServer struct {
 // MAINT_TEST_REDIS, if any.
 func benchServers(b *testing.B) []benchServer {
 	b.Helper()
-	mr, err := miniredis.Run()
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(mr.Close)
-	answerOptIn(mr)
+	mr := benchMiniredis(b)
 	servers := []benchServer{
 		{"memory", func() *redis.Options {
 			return &redis.Options{Addr: "memory:6379", Dialer: func(context.Context, string, string) (net.Conn, error) {

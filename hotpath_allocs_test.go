@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -97,31 +96,10 @@ func TestConnPerCommandAllocatesNothing(t *testing.T) {
 			defer m.Close()
 			raw := &scriptConn{echoConn: newEchoConn(t, ""), script: []byte(hc.reply), chunk: hc.chunk}
 			c := m.wrap(m.target("redis.test:6379"), raw, raw.remote)
-			p := newPerCommand("")
-			writes := make([][]byte, len(hc.writes))
-			for i, w := range hc.writes {
-				writes[i] = []byte(w)
-			}
+			p := newPerCommand(len(hc.reply), hc.writes...)
 			one := func() {
 				raw.reset()
-				_ = c.SetDeadline(time.Time{})
-				rc, err := c.SyscallConn()
-				if err != nil {
-					t.Fatal(err)
-				}
-				_ = rc.Read(p.peek)
-				_ = c.SetWriteDeadline(p.deadline)
-				for _, w := range writes {
-					_, _ = c.Write(w)
-				}
-				_ = c.SetReadDeadline(p.deadline)
-				for got := 0; got < len(hc.reply); {
-					n, err := c.Read(p.buf)
-					if err != nil || n == 0 {
-						t.Fatalf("read after %d of %d bytes: %d, %v", got, len(hc.reply), n, err)
-					}
-					got += n
-				}
+				p.run(t, c)
 			}
 			one()
 			replies := c.rd.Replies()

@@ -4,6 +4,7 @@ package maint
 
 import (
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -42,17 +43,22 @@ func (e *echoConn) Read(p []byte) (int, error) {
 func (e *echoConn) SyscallConn() (syscall.RawConn, error) { return e.idle[0].SyscallConn() }
 
 // perCommand does to c what go-redis's pool and connection do for one
-// command on a pooled connection: the health check (SetDeadline(0),
-// SyscallConn, a peek), the write deadline and the write, the read deadline
-// and the read of the reply.
+// command (or pipeline) on a pooled connection: the health check
+// (SetDeadline(0), SyscallConn, a peek), the write deadline and the writes,
+// the read deadline and the reads until the reply's want bytes have come.
 type perCommand struct {
-	cmd, buf []byte
+	writes   [][]byte
+	want     int
+	buf      []byte
 	peek     func(fd uintptr) bool
 	deadline time.Time
 }
 
-func newPerCommand(cmd string) *perCommand {
-	p := &perCommand{cmd: []byte(cmd), buf: make([]byte, 32<<10), deadline: time.Unix(1<<40, 0)}
+func newPerCommand(want int, writes ...string) *perCommand {
+	p := &perCommand{want: want, buf: make([]byte, 32<<10), deadline: time.Unix(1<<40, 0)}
+	for _, w := range writes {
+		p.writes = append(p.writes, []byte(w))
+	}
 	p.peek = func(fd uintptr) bool {
 		var b [1]byte
 		_, _, _ = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
@@ -78,9 +84,17 @@ func (p *perCommand) run(tb testing.TB, c deadliner) {
 	}
 	_ = rc.Read(p.peek)
 	_ = c.SetWriteDeadline(p.deadline)
-	_, _ = c.Write(p.cmd)
+	for _, w := range p.writes {
+		_, _ = c.Write(w)
+	}
 	_ = c.SetReadDeadline(p.deadline)
-	_, _ = c.Read(p.buf)
+	for got := 0; got < p.want; {
+		n, err := c.Read(p.buf)
+		if err != nil || n == 0 {
+			tb.Fatalf("read after %d of %d bytes: %d, %v", got, p.want, n, err)
+		}
+		got += n
+	}
 }
 
 // BenchmarkConnPerCommand measures the connection wrapper's share of one
@@ -89,26 +103,44 @@ func (p *perCommand) run(tb testing.TB, c deadliner) {
 // network and no go-redis. Under valgrind --tool=callgrind the difference
 // of instructions counts it without noise.
 func BenchmarkConnPerCommand(b *testing.B) {
-	const get = "*2\r\n$3\r\nget\r\n$15\r\nmaint:bench:key\r\n"
+	const get, reply = "*2\r\n$3\r\nget\r\n$15\r\nmaint:bench:key\r\n", "$16\r\n0123456789abcdef\r\n"
 	for _, wrapped := range []bool{false, true} {
 		name := "raw"
 		if wrapped {
 			name = "maint"
 		}
 		b.Run(name, func(b *testing.B) {
-			raw := newEchoConn(b, "$16\r\n0123456789abcdef\r\n")
+			raw := newEchoConn(b, reply)
 			var c deadliner = raw
 			if wrapped {
 				m := New(WithLogf(func(string, ...any) {}))
 				defer m.Close()
 				c = m.wrap(m.target("redis.test:6379"), raw, raw.remote)
 			}
-			p := newPerCommand(get)
+			p := newPerCommand(len(reply), get)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {
 				p.run(b, c)
 			}
 		})
+	}
+}
+
+// BenchmarkConnPubSub measures the wrapper's share of reading pub/sub
+// messages (pushes it passes through): ten messages per op, in one read.
+func BenchmarkConnPubSub(b *testing.B) {
+	msg := ">3\r\n$7\r\nmessage\r\n$7\r\nchannel\r\n$64\r\n" + strings.Repeat("p", 64) + "\r\n"
+	m := New(WithLogf(func(string, ...any) {}))
+	defer m.Close()
+	raw := &scriptConn{echoConn: newEchoConn(b, ""), script: []byte(strings.Repeat(msg, 10)), chunk: 32 << 10}
+	c := m.wrap(m.target("redis.test:6379"), raw, raw.remote)
+	buf := make([]byte, 32<<10)
+	b.ReportAllocs()
+	for range b.N {
+		raw.reset()
+		if n, err := c.Read(buf); n != len(raw.script) || err != nil {
+			b.Fatal(n, err)
+		}
 	}
 }

@@ -110,17 +110,24 @@ type sbsServer struct {
 // redis-server of MAINT_TEST_REDIS, if set.
 func sbsServers(b *testing.B) []sbsServer {
 	b.Helper()
+	servers := []sbsServer{{name: "miniredis", addr: benchMiniredis(b).Addr()}}
+	if addr := os.Getenv("MAINT_TEST_REDIS"); addr != "" {
+		servers = append(servers, sbsServer{name: "redis-server", addr: addr, shim: true})
+	}
+	return servers
+}
+
+// benchMiniredis starts an embedded miniredis for b that answers the
+// built-in handler's opt-in.
+func benchMiniredis(b *testing.B) *miniredis.Miniredis {
+	b.Helper()
 	mr, err := miniredis.Run()
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(mr.Close)
 	answerOptIn(mr)
-	servers := []sbsServer{{name: "miniredis", addr: mr.Addr()}}
-	if addr := os.Getenv("MAINT_TEST_REDIS"); addr != "" {
-		servers = append(servers, sbsServer{name: "redis-server", addr: addr, shim: true})
-	}
-	return servers
+	return mr
 }
 
 // answerOptIn makes mr answer the built-in handler's opt-in (CLIENT

@@ -605,6 +605,46 @@ func (s *Stripper) wholeReplies(buf []byte) int {
 // is a bulk string of at most maxNameLen bytes or a simple string, at most
 // maxNameLen bytes long. Otherwise it reports false.
 func pushFrame(b []byte) (n int, name []byte, ok bool) {
+	// The common push, all of whose elements are bulk strings (a pub/sub
+	// message, a MOVING's text fields aside), framed without frameLen.
+	i, count := 1, 0
+	for ; i < len(b); i++ {
+		d := b[i] - '0'
+		if d > 9 {
+			break
+		}
+		count = count*10 + int(d)
+	}
+	if i == 1 || i > 19 || len(b)-i < 2 || b[i] != '\r' || b[i+1] != '\n' || count < 1 || count > len(b) {
+		return pushFrameAny(b)
+	}
+	i += 2
+	nameAt := i
+	for k := 0; k < count; k++ {
+		e := blobEnd(b, i)
+		if e == -2 {
+			return pushFrameAny(b)
+		}
+		if e < 0 {
+			return 0, nil, false
+		}
+		if k == 0 {
+			nameAt = i
+			name = b[i:e]
+		}
+		i = e
+	}
+	// name is the first element whole: "$<len>\r\n<name>\r\n".
+	start := nameAt + bytes.IndexByte(name, '\n') + 1
+	name = b[start : nameAt+len(name)-2]
+	if len(name) > maxNameLen {
+		return 0, nil, false
+	}
+	return i, name, true
+}
+
+// pushFrameAny is pushFrame for a push of any elements.
+func pushFrameAny(b []byte) (n int, name []byte, ok bool) {
 	n = frameLen(b)
 	if n < 0 {
 		return 0, nil, false
