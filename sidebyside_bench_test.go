@@ -542,29 +542,38 @@ func liveHeap() int64 {
 // printSideBySide prints the table of the rows and the memory measured, as
 // the README shows it.
 func printSideBySide(rows []sbsResult, mem []sbsMemory) {
-	if len(rows) == 0 {
-		return
-	}
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "\nCPU per command (process CPU time, ns) and heap allocations per command, %d rounds; ratio = CPU / plain go-redis's: of the totals (median of the per-round ratios)\n\n", len(rows[0].rounds[0]))
-	fmt.Fprintf(&sb, "| server | workload | plain | built-in | maint | built-in/plain | maint/plain | allocs plain / built-in / maint |\n")
-	fmt.Fprintf(&sb, "|---|---|---:|---:|---:|---:|---:|---|\n")
+	if len(rows) > 0 {
+		printRows(&sb, rows)
+	}
+	if len(mem) > 0 {
+		printMemory(&sb, mem)
+	}
+	fmt.Print(sb.String())
+}
+
+// printRows prints the CPU and allocation table.
+func printRows(sb *strings.Builder, rows []sbsResult) {
+	fmt.Fprintf(sb, "\nCPU per command (process CPU time, ns) and heap allocations per command, %d rounds; ratio = CPU / plain go-redis's: of the totals (median of the per-round ratios)\n\n", len(rows[0].rounds[0]))
+	fmt.Fprintf(sb, "| server | workload | plain | built-in | maint | built-in/plain | maint/plain | allocs plain / built-in / maint |\n")
+	fmt.Fprintf(sb, "|---|---|---:|---:|---:|---:|---:|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s | %.3f (%.3f) | %.3f (%.3f) | %s / %s / %s |\n", r.server, r.load,
+		fmt.Fprintf(sb, "| %s | %s | %s | %s | %s | %.3f (%.3f) | %.3f (%.3f) | %s / %s / %s |\n", r.server, r.load,
 			ns(r.cpuPerCmd(0)), ns(r.cpuPerCmd(1)), ns(r.cpuPerCmd(2)), r.ratio(1), r.medianRatio(1), r.ratio(2), r.medianRatio(2),
 			allocs(r.allocsPerCmd(0)), allocs(r.allocsPerCmd(1)), allocs(r.allocsPerCmd(2)))
 	}
-	if len(mem) > 0 {
-		s := mem[0].sizes
-		fmt.Fprintf(&sb, "\nHeap held per connection beyond plain go-redis's (live heap with n connections open, median of 3)\n")
-		fmt.Fprintf(&sb, "maint's structures: %d B per connection (conn), %d B per node (node) + %d B per configured address (target), %d B per Maint\n\n",
-			s.Conn, s.Node, s.Target, s.Maint)
-		fmt.Fprintf(&sb, "| pool size | built-in B/conn | maint B/conn | maint total |\n|---:|---:|---:|---:|\n")
-		for _, m := range mem {
-			fmt.Fprintf(&sb, "| %d | %.0f | %.0f | %d |\n", m.n, m.perConn(1), m.perConn(2), m.heap[2]-m.heap[0])
-		}
+}
+
+// printMemory prints the memory table.
+func printMemory(sb *strings.Builder, mem []sbsMemory) {
+	s := mem[0].sizes
+	fmt.Fprintf(sb, "\nHeap held per connection beyond plain go-redis's (live heap with n connections open, median of 3)\n")
+	fmt.Fprintf(sb, "maint's structures: %d B per connection (conn), %d B per node (node) + %d B per configured address (target), %d B per Maint\n\n",
+		s.Conn, s.Node, s.Target, s.Maint)
+	fmt.Fprintf(sb, "| pool size | built-in B/conn | maint B/conn | maint total |\n|---:|---:|---:|---:|\n")
+	for _, m := range mem {
+		fmt.Fprintf(sb, "| %d | %.0f | %.0f | %d |\n", m.n, m.perConn(1), m.perConn(2), m.heap[2]-m.heap[0])
 	}
-	fmt.Print(sb.String())
 }
 
 // ns formats nanoseconds with a thousands separator.

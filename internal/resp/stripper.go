@@ -29,8 +29,9 @@ const holdCap = 128
 // holdCap holds the longest pending push prefix (compile-time check).
 const _ = uint(holdCap - (2*(1+lenDigits+2) + maxNameLen + 2))
 
-// workCap is the staging buffer used when the caller's buffer is too small
-// to hold the held-back bytes and something new.
+// workCap is the size of the staging buffer, allocated the first time the
+// caller's buffer is too small to hold the held-back bytes and something
+// new (a rare event: a read of a few bytes just after a push was cut).
 const workCap = 512
 
 // Parser states: what the next input byte is.
@@ -168,12 +169,12 @@ type Stripper struct {
 
 	hold       [holdCap]byte // held-back prefix of a pending push
 	nhold      int
-	work       [workCap]byte // staging when p is too small
-	qOff, qEnd int           // work[qOff:qEnd] is ready for the caller
-	tail       []byte        // bytes to pass through after the queue
-	err        error         // read error to return after queued bytes
-	dead       bool          // pass everything through unchanged
-	empty      int           // consecutive (0, nil) reads
+	work       []byte // staging when p is too small (workCap bytes, allocated on first use)
+	qOff, qEnd int    // work[qOff:qEnd] is ready for the caller
+	tail       []byte // bytes to pass through after the queue
+	err        error  // read error to return after queued bytes
+	dead       bool   // pass everything through unchanged
+	empty      int    // consecutive (0, nil) reads
 }
 
 // StrippedOversize returns how many matched pushes were larger than
@@ -197,7 +198,7 @@ func (s *Stripper) Reset() {
 	*s = Stripper{
 		Strip: s.Strip, OnStripped: s.OnStripped, OnOversize: s.OnOversize,
 		OnReply: s.OnReply, OnDropped: s.OnDropped, OnMalformed: s.OnMalformed,
-		MaxStripped: s.MaxStripped, sbuf: s.sbuf[:0],
+		MaxStripped: s.MaxStripped, sbuf: s.sbuf[:0], work: s.work,
 	}
 }
 
@@ -248,7 +249,10 @@ func (s *Stripper) Read(r io.Reader, p []byte) (int, error) {
 		buf := p
 		staged := len(p) <= s.nhold
 		if staged {
-			buf = s.work[:]
+			if s.work == nil {
+				s.work = make([]byte, workCap)
+			}
+			buf = s.work
 		}
 		h := 0
 		if s.nhold > 0 {
