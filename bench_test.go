@@ -17,25 +17,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/maintkit/maint"
 )
 
-// The benchmarks of this file measure what maint costs when no maintenance
-// is going on: the hook (one atomic load per command) and the connection
-// wrapper (the push stripper on reads, the command scanner on writes),
-// against plain go-redis on the same server in the same run.
-//
-// BenchmarkCommands has one leaf per client, named for benchstat's
-// projections (server=, load=, client=): see the README for the command that
-// compares them. BenchmarkOverhead runs plain go-redis and maint in
-// alternating blocks inside one leaf, so that drift of the machine or the
-// server affects both alike, and reports their ratio directly.
-//
-// The servers are an embedded miniredis (always) and the real Redis named by
-// MAINT_TEST_REDIS ("host:port"), when set. The RESP framing throughput of
+// BenchmarkCommands measures what a command costs with plain go-redis, with
+// go-redis's built-in handler and with maint, each client in a leaf of its
+// own, named for benchstat's projections (server=, load=, client=). The
+// servers are an in-memory one (the client's own cost only: the leaf to
+// profile, or to count instructions of under valgrind), an embedded
+// miniredis and the real Redis named by MAINT_TEST_REDIS ("host:port"),
+// when set. The side-by-side comparison, interleaved in one leaf, is
+// BenchmarkSideBySide (sidebyside_bench_test.go). The RESP framing throughput of
 // the stripper alone is BenchmarkStripperThroughput in internal/resp.
 
 // benchKey is the key every GET reads; its value is benchValue.
@@ -62,11 +57,7 @@ type benchServer struct {
 // MAINT_TEST_REDIS, if any.
 func benchServers(b *testing.B) []benchServer {
 	b.Helper()
-	mr, err := miniredis.Run()
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(mr.Close)
+	mr := benchMiniredis(b)
 	servers := []benchServer{
 		{"memory", func() *redis.Options {
 			return &redis.Options{Addr: "memory:6379", Dialer: func(context.Context, string, string) (net.Conn, error) {
@@ -82,8 +73,8 @@ func benchServers(b *testing.B) []benchServer {
 }
 
 // memConn is a connection to an in-memory Redis that answers at once: GET
-// with benchValue, HELLO with a RESP3 map, CLIENT MAINT_NOTIFICATIONS with
-// the error of a server without support, anything else with +OK.
+// with benchValue, HELLO with a RESP3 map, anything else (CLIENT
+// MAINT_NOTIFICATIONS included, as Redis Enterprise does) with +OK.
 //
 // Its SyscallConn is the socket of an idle socket pair, so that go-redis's
 // pool health check peeks a real, empty socket on every Get, as it does over
@@ -115,9 +106,8 @@ var (
 	memHello = []byte("%7\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$5\r\n7.0.0\r\n" +
 		"$5\r\nproto\r\n:3\r\n$2\r\nid\r\n:1\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n" +
 		"$4\r\nrole\r\n$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n")
-	memGet         = []byte("$16\r\n" + benchValue + "\r\n")
-	memOK          = []byte("+OK\r\n")
-	memUnsupported = []byte("-ERR unknown subcommand 'maint_notifications'. Try CLIENT HELP.\r\n")
+	memGet = []byte("$16\r\n" + benchValue + "\r\n")
+	memOK  = []byte("+OK\r\n")
 )
 
 // Write answers every complete command in p.
@@ -129,7 +119,7 @@ func (c *memConn) Write(p []byte) (int, error) {
 	}
 	c.in = append(c.in, p...)
 	for {
-		name, arg1, n := memCommand(c.in)
+		name, _, n := memCommand(c.in)
 		if n == 0 {
 			break
 		}
@@ -139,8 +129,6 @@ func (c *memConn) Write(p []byte) (int, error) {
 			c.out = append(c.out, memGet...)
 		case strings.EqualFold(name, "hello"):
 			c.out = append(c.out, memHello...)
-		case strings.EqualFold(name, "client") && strings.EqualFold(arg1, "maint_notifications"):
-			c.out = append(c.out, memUnsupported...)
 		default:
 			c.out = append(c.out, memOK...)
 		}
@@ -231,20 +219,25 @@ type memAddr struct{}
 func (memAddr) Network() string { return "memory" }
 func (memAddr) String() string  { return "127.0.0.1:6379" }
 
-// benchClient is one of the two clients compared.
+// benchClient is one of the clients compared.
 type benchClient struct {
 	name string
 	// open returns a client with opt and a function that closes it.
 	open func(opt *redis.Options) (*redis.Client, func())
 }
 
+// benchClients are plain go-redis (its built-in handler off), go-redis with
+// its built-in handler (ModeEnabled) and maint (AddHook on the plain
+// client).
 var benchClients = []benchClient{
 	{"plain", func(opt *redis.Options) (*redis.Client, func()) {
+		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 		rdb := redis.NewClient(opt)
 		return rdb, func() { _ = rdb.Close() }
 	}},
 	{"maint", func(opt *redis.Options) (*redis.Client, func()) {
-		// The one-line integration on the same default client.
+		// The one-line integration on the same client.
+		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 		rdb := redis.NewClient(opt)
 		m := maint.New(maint.WithLogf(func(string, ...any) {}))
 		rdb.AddHook(m)
@@ -252,6 +245,11 @@ var benchClients = []benchClient{
 			_ = rdb.Close()
 			_ = m.Close()
 		}
+	}},
+	{"builtin", func(opt *redis.Options) (*redis.Client, func()) {
+		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeEnabled}
+		rdb := redis.NewClient(opt)
+		return rdb, func() { _ = rdb.Close() }
 	}},
 }
 
@@ -390,6 +388,9 @@ func BenchmarkCommands(b *testing.B) {
 	for _, srv := range benchServers(b) {
 		for _, l := range benchLoads {
 			for _, c := range benchClients {
+				if c.name == "builtin" && srv.name == "redis" {
+					continue // redis-server 7 refuses the built-in handler's opt-in
+				}
 				b.Run(fmt.Sprintf("server=%s/load=%s/client=%s", srv.name, l.name, c.name), func(b *testing.B) {
 					rdb, closeClient := c.open(srv.options())
 					defer closeClient()
@@ -414,66 +415,6 @@ func BenchmarkCommands(b *testing.B) {
 					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*l.cmdsPerOp), "ns/cmd")
 				})
 			}
-		}
-	}
-}
-
-// overheadBlock is how many ops each client runs before the other takes its
-// turn in BenchmarkOverhead.
-const overheadBlock = 256
-
-// BenchmarkOverhead runs plain go-redis and maint in alternating blocks of
-// ops on the same server, b.N ops each, and reports per command: each
-// client's wall time, CPU time of the whole process and heap allocations
-// (plain-ns/cmd, maint-ns/cmd, plain-cpu-ns/cmd, maint-cpu-ns/cmd,
-// plain-allocs/cmd, maint-allocs/cmd); maint's throughput as a fraction of
-// plain go-redis's (maint/plain, the target is at least 0.98), the same for
-// CPU (maint/plain-cpu: less sensitive to other load on the machine) and
-// maint's extra allocations (extra-allocs/cmd, the target is 0 or less).
-// Against the embedded miniredis the CPU time and allocations include the
-// server's own, which are the same for both clients.
-func BenchmarkOverhead(b *testing.B) {
-	for _, srv := range benchServers(b) {
-		for _, l := range benchLoads {
-			b.Run(fmt.Sprintf("server=%s/load=%s", srv.name, l.name), func(b *testing.B) {
-				plain, closePlain := benchClients[0].open(srv.options())
-				defer closePlain()
-				mt, closeMaint := benchClients[1].open(srv.options())
-				defer closeMaint()
-				prepare(b, plain, l)
-				prepare(b, mt, l)
-				clients := [2]*redis.Client{plain, mt}
-				var took, cpu [2]time.Duration
-				var allocs [2]uint64
-				var ms runtime.MemStats
-				b.ResetTimer()
-				for done := 0; done < b.N; done += overheadBlock {
-					n := min(overheadBlock, b.N-done)
-					// Alternate which client goes first, so that neither
-					// always follows the other's garbage.
-					for k := range 2 {
-						i := (k + done/overheadBlock) % 2
-						runtime.ReadMemStats(&ms)
-						a0, c0, t0 := ms.Mallocs, processCPU(), time.Now()
-						l.run(b, clients[i], n)
-						took[i] += time.Since(t0)
-						cpu[i] += processCPU() - c0
-						runtime.ReadMemStats(&ms)
-						allocs[i] += ms.Mallocs - a0
-					}
-				}
-				b.StopTimer()
-				cmds := float64(b.N * l.cmdsPerOp)
-				b.ReportMetric(float64(took[0].Nanoseconds())/cmds, "plain-ns/cmd")
-				b.ReportMetric(float64(took[1].Nanoseconds())/cmds, "maint-ns/cmd")
-				b.ReportMetric(float64(took[0])/float64(took[1]), "maint/plain")
-				b.ReportMetric(float64(cpu[0].Nanoseconds())/cmds, "plain-cpu-ns/cmd")
-				b.ReportMetric(float64(cpu[1].Nanoseconds())/cmds, "maint-cpu-ns/cmd")
-				b.ReportMetric(float64(cpu[0])/float64(cpu[1]), "maint/plain-cpu")
-				b.ReportMetric(float64(allocs[0])/cmds, "plain-allocs/cmd")
-				b.ReportMetric(float64(allocs[1])/cmds, "maint-allocs/cmd")
-				b.ReportMetric((float64(allocs[1])-float64(allocs[0]))/cmds, "extra-allocs/cmd")
-			})
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package maint
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 )
@@ -22,13 +23,31 @@ type mono = int64
 // monoNow is now on the monotonic clock; it is never zero.
 func monoNow() mono { return int64(time.Since(monoBase)) | 1 }
 
+// monoBaseSec and monoBaseNsec are monoBase on the wall clock.
+var monoBaseSec, monoBaseNsec = monoBase.Unix(), int64(monoBase.Nanosecond())
+
 // toMono converts a deadline; the zero time (no deadline) is 0. A time
-// before monoBase becomes 1, a deadline long passed.
+// before monoBase becomes 1, a deadline long passed. It is t.Sub(monoBase)
+// (saturated as Sub saturates), without Sub's general arithmetic for the
+// deadlines go-redis sets, which carry no monotonic reading: their
+// difference from monoBase is on the wall clock, as Sub takes it then.
 func toMono(t time.Time) mono {
 	if t.IsZero() {
 		return 0
 	}
-	d := int64(t.Sub(monoBase))
+	var d int64
+	if w := t.Round(0); w != t {
+		d = int64(t.Sub(monoBase)) // a monotonic reading: Sub uses it
+	} else {
+		s := t.Unix() - monoBaseSec
+		switch {
+		case s >= math.MaxInt64/int64(time.Second)-1:
+			return math.MaxInt64
+		case s < -1:
+			return 1
+		}
+		d = s*int64(time.Second) + int64(t.Nanosecond()) - monoBaseNsec
+	}
 	if d <= 0 {
 		return 1
 	}
@@ -45,8 +64,29 @@ func fromMono(m mono) time.Time {
 
 // deadline is one direction (read or write) of a connection's deadline.
 type deadline struct {
-	asked   atomic.Int64 // mono: what go-redis asked for, 0 for none
-	applied atomic.Int64 // mono: what the socket has, 0 for none
+	asked atomic.Int64 // mono: what go-redis asked for, 0 for none
+	// applied is what the socket has (mono, 0 for none), or asAsked: what
+	// was asked, as setDeadline's fast path records it, with no store per
+	// command while it stays so.
+	applied atomic.Int64
+}
+
+// asAsked in deadline.applied: the socket has what was asked.
+const asAsked mono = -1
+
+// socket returns what the socket has: mono, 0 for none.
+func (d *deadline) socket() mono {
+	if v := d.applied.Load(); v != asAsked {
+		return v
+	}
+	return d.asked.Load()
+}
+
+// markAsAsked records that the socket has what was asked.
+func (d *deadline) markAsAsked() {
+	if d.applied.Load() != asAsked {
+		d.applied.Store(asAsked)
+	}
 }
 
 // floor returns the deadline asked raised, where maintenance requires it,
@@ -98,9 +138,15 @@ func (d *deadline) raised() bool {
 // setDeadline records what go-redis asked for in the given directions and
 // applies it floored. The node's epoch is read before and after: if
 // relaxation started or the connection was retired meanwhile (see
-// refloor), the floor is applied again.
+// refloor), the floor is applied again. While nothing is relaxed and the
+// connection is not draining (every command, as long as no maintenance is
+// going on) the floor is asked itself, and t goes to the socket as go-redis
+// gave it: one store of what was asked per direction, a few loads, no conversion
+// back.
 func (c *conn) setDeadline(t time.Time, read, write bool) error {
-	c.checking.Store(false)
+	if c.checking.Load() {
+		c.checking.Store(false)
+	}
 	asked := toMono(t)
 	if read {
 		c.rdl.asked.Store(asked)
@@ -109,6 +155,26 @@ func (c *conn) setDeadline(t time.Time, read, write bool) error {
 		c.wdl.asked.Store(asked)
 	}
 	e := c.n.epoch.Load()
+	if c.n.relaxUntil.Load() == 0 && !c.draining() {
+		if read {
+			c.rdl.markAsAsked()
+		}
+		if write {
+			c.wdl.markAsAsked()
+		}
+		var err error
+		switch {
+		case read && write:
+			err = c.raw.SetDeadline(t)
+		case read:
+			err = c.raw.SetReadDeadline(t)
+		default:
+			err = c.raw.SetWriteDeadline(t)
+		}
+		if c.n.epoch.Load() == e {
+			return err
+		}
+	}
 	err := c.apply(asked, read, write)
 	if c.n.epoch.Load() != e {
 		err = c.apply(asked, read, write)
@@ -172,8 +238,12 @@ func (c *conn) refloorOne(d *deadline, now mono, read bool, set func(time.Time) 
 	if v <= now {
 		return
 	}
-	cur := d.applied.Load()
-	if cur == 0 || v <= cur || !d.applied.CompareAndSwap(cur, v) {
+	raw := d.applied.Load()
+	cur := raw
+	if raw == asAsked {
+		cur = asked
+	}
+	if cur == 0 || v <= cur || !d.applied.CompareAndSwap(raw, v) {
 		return
 	}
 	_ = set(fromMono(v))
@@ -190,4 +260,4 @@ func (c *conn) refloorOne(d *deadline, now mono, read bool, set func(time.Time) 
 
 // restoreRead puts back on the socket the read deadline it had before the
 // health check's short one: a peek leaves no trace.
-func (c *conn) restoreRead() { _ = c.raw.SetReadDeadline(fromMono(c.rdl.applied.Load())) }
+func (c *conn) restoreRead() { _ = c.raw.SetReadDeadline(fromMono(c.rdl.socket())) }

@@ -329,7 +329,6 @@ func (m *Maint) wrap(t *target, raw net.Conn, remote string) *conn {
 	c.winFn = c.peekWindow
 	c.takeFn = c.take
 	c.rd.OnStripped = c.onNotification
-	c.rd.OnReply = c.onReply
 	c.rd.OnMalformed = c.onMalformedReply
 	c.rd.OnOversize = c.onOversize
 	m.register(c, key)
@@ -360,8 +359,14 @@ func isSubscription(name []byte) bool {
 	return false
 }
 
-func (c *conn) onReply() {
-	c.replies.Add(1)
+// countReplies publishes the replies the Stripper has counted, once per
+// Read rather than once per reply: go-redis sees a reply only when Read
+// returns, and a count read meanwhile (by the drain cap) errs on the side
+// of owed.
+func (c *conn) countReplies() {
+	if r := c.rd.Replies(); r != c.replies.Load() {
+		c.replies.Store(r)
+	}
 }
 
 // onOversize counts and reports a maintenance push larger than maint
@@ -378,15 +383,20 @@ func (c *conn) onMalformedReply(err error) {
 
 // Read returns the server's bytes minus maintenance notifications.
 func (c *conn) Read(p []byte) (int, error) {
-	if c.checking.Swap(false) {
+	if c.checking.Load() && c.checking.Swap(false) {
 		// Inside the pool's health check: only what is there already.
 		_ = c.raw.SetReadDeadline(time.Now().Add(2 * time.Millisecond))
 		n, err := c.rd.Read(c.raw, p)
+		c.countReplies()
 		c.restoreRead()
 		return n, c.ioErr(err, nil)
 	}
 	n, err := c.rd.Read(c.raw, p)
-	return n, c.ioErr(err, &c.rdl)
+	c.countReplies()
+	if err != nil {
+		return n, c.ioErr(err, &c.rdl)
+	}
+	return n, nil
 }
 
 // ioErr is the error of a read or write under deadline d (nil: the health
@@ -414,7 +424,9 @@ func (c *conn) ioErr(err error, d *deadline) error {
 // under-counted; behind go-redis's first command on the options route it
 // writes maint's opt-in (handshake.go).
 func (c *conn) Write(p []byte) (int, error) {
-	c.checking.Store(false)
+	if c.checking.Load() {
+		c.checking.Store(false)
+	}
 	k := c.wr.Feed(p)
 	if k > 0 {
 		// lastBlocking before written: whoever sees the new count sees

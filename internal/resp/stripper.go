@@ -29,8 +29,9 @@ const holdCap = 128
 // holdCap holds the longest pending push prefix (compile-time check).
 const _ = uint(holdCap - (2*(1+lenDigits+2) + maxNameLen + 2))
 
-// workCap is the staging buffer used when the caller's buffer is too small
-// to hold the held-back bytes and something new.
+// workCap is the size of the staging buffer, allocated the first time the
+// caller's buffer is too small to hold the held-back bytes and something
+// new (a rare event: a read of a few bytes just after a push was cut).
 const workCap = 512
 
 // Parser states: what the next input byte is.
@@ -140,6 +141,12 @@ type Stripper struct {
 	// framing stays exact for any real stream.
 	want uint64
 
+	// replies counts the replies seen (see Replies).
+	replies uint64
+	// decided: wholeReplies asked Strip about the push the general parser
+	// reads next, and Strip said to remove it.
+	decided bool
+
 	// dropIn is 0, or 1 + the number of replies to complete before the
 	// reply DropReply asked to remove begins.
 	dropIn int
@@ -162,17 +169,21 @@ type Stripper struct {
 
 	hold       [holdCap]byte // held-back prefix of a pending push
 	nhold      int
-	work       [workCap]byte // staging when p is too small
-	qOff, qEnd int           // work[qOff:qEnd] is ready for the caller
-	tail       []byte        // bytes to pass through after the queue
-	err        error         // read error to return after queued bytes
-	dead       bool          // pass everything through unchanged
-	empty      int           // consecutive (0, nil) reads
+	work       []byte // staging when p is too small (workCap bytes, allocated on first use)
+	qOff, qEnd int    // work[qOff:qEnd] is ready for the caller
+	tail       []byte // bytes to pass through after the queue
+	err        error  // read error to return after queued bytes
+	dead       bool   // pass everything through unchanged
+	empty      int    // consecutive (0, nil) reads
 }
 
 // StrippedOversize returns how many matched pushes were larger than
 // MaxStripped and so were discarded without calling OnStripped.
 func (s *Stripper) StrippedOversize() uint64 { return s.nOver }
+
+// Replies returns how many replies the Stripper has seen complete: the
+// frames OnReply is called for, since the start or the last Reset.
+func (s *Stripper) Replies() uint64 { return s.replies }
 
 // Passthrough reports whether the Stripper has stopped parsing and passes
 // bytes through unchanged: after a framing error (OnMalformed was called),
@@ -187,7 +198,7 @@ func (s *Stripper) Reset() {
 	*s = Stripper{
 		Strip: s.Strip, OnStripped: s.OnStripped, OnOversize: s.OnOversize,
 		OnReply: s.OnReply, OnDropped: s.OnDropped, OnMalformed: s.OnMalformed,
-		MaxStripped: s.MaxStripped, sbuf: s.sbuf[:0],
+		MaxStripped: s.MaxStripped, sbuf: s.sbuf[:0], work: s.work,
 	}
 }
 
@@ -238,15 +249,31 @@ func (s *Stripper) Read(r io.Reader, p []byte) (int, error) {
 		buf := p
 		staged := len(p) <= s.nhold
 		if staged {
-			buf = s.work[:]
+			if s.work == nil {
+				s.work = make([]byte, workCap)
+			}
+			buf = s.work
 		}
-		h := copy(buf, s.hold[:s.nhold])
-		s.nhold = 0
+		h := 0
+		if s.nhold > 0 {
+			h = copy(buf, s.hold[:s.nhold])
+			s.nhold = 0
+		}
 		m, err := r.Read(buf[h:])
 		if m < 0 || m > len(buf)-h {
 			return 0, errors.New("resp: reader returned an invalid count")
 		}
-		k := s.scan(buf[:h+m])
+		// Whole replies at a frame boundary are framed without the general
+		// parser; a read of nothing else is returned as it came.
+		from := 0
+		if s.st == stType && s.want == 0 && s.push == pushNone {
+			from = s.wholeReplies(buf[:h+m])
+			if h == 0 && from == m && m > 0 && err == nil {
+				s.empty = 0
+				return m, nil
+			}
+		}
+		k := s.scan(buf[:h+m], from)
 		if err == io.EOF {
 			s.flushAtEOF()
 		}
@@ -337,12 +364,14 @@ func (s *Stripper) resetParser() {
 
 // scan parses buf, which continues the stream, removes stripped frames
 // from it in place and returns the length of the output left at buf[:n].
-func (s *Stripper) scan(buf []byte) int {
+// buf[:from] are whole replies wholeReplies has framed already (passed
+// through as they are).
+func (s *Stripper) scan(buf []byte, from int) int {
 	s.w, s.keep = 0, 0
 	if s.push >= pushStrip {
 		s.start = 0
 	}
-	i := 0
+	i := from
 	for i < len(buf) {
 		c := buf[i]
 		switch s.st {
@@ -528,6 +557,208 @@ func (s *Stripper) scan(buf []byte) int {
 	return s.w
 }
 
+// wholeReplies frames the whole replies at the start of buf while the
+// Stripper stands between two frames (the common case: a read that brings
+// one or more complete replies), and returns the offset after the last of
+// them. It keeps no state but what a reply changes (the reply count, a
+// pending drop's countdown): the general parser of scan takes over at an
+// attribute, the reply to drop, a push to strip, or a frame that is not
+// complete in buf (or cannot be framed, or whose push name the general
+// rules must judge), from that frame's first byte. A whole push that is
+// not stripped (a pub/sub message) is passed over here, as the general
+// parser passes it.
+func (s *Stripper) wholeReplies(buf []byte) int {
+	i := 0
+	for i < len(buf) && s.dropIn != 1 {
+		c := buf[i]
+		if c == '|' {
+			break
+		}
+		if c == '>' {
+			n, name, ok := pushFrame(buf[i:])
+			if !ok {
+				break
+			}
+			if s.Strip != nil && s.Strip(name) {
+				// The general parser removes it, without asking again.
+				s.decided = true
+				break
+			}
+			i += n
+			continue
+		}
+		n := replyLen(buf[i:])
+		if n < 0 {
+			break
+		}
+		i += n
+		if s.dropIn > 1 {
+			s.dropIn--
+		}
+		s.replies++
+		if s.OnReply != nil {
+			s.OnReply()
+		}
+	}
+	return i
+}
+
+// pushFrame returns the length of the whole push frame at the start of b
+// and its name, when the frame is complete in b and its name is one the
+// general parser would ask Strip about the same way: a first element that
+// is a bulk string of at most maxNameLen bytes or a simple string, at most
+// maxNameLen bytes long. Otherwise it reports false.
+func pushFrame(b []byte) (n int, name []byte, ok bool) {
+	// The common push, all of whose elements are bulk strings (a pub/sub
+	// message, a MOVING's text fields aside), framed without frameLen.
+	i, count := 1, 0
+	for ; i < len(b); i++ {
+		d := b[i] - '0'
+		if d > 9 {
+			break
+		}
+		count = count*10 + int(d)
+	}
+	if i == 1 || i > 19 || len(b)-i < 2 || b[i] != '\r' || b[i+1] != '\n' || count < 1 || count > len(b) {
+		return pushFrameAny(b)
+	}
+	i += 2
+	nameAt := i
+	for k := 0; k < count; k++ {
+		e := blobEnd(b, i)
+		if e == -2 {
+			return pushFrameAny(b)
+		}
+		if e < 0 {
+			return 0, nil, false
+		}
+		if k == 0 {
+			nameAt = i
+			name = b[i:e]
+		}
+		i = e
+	}
+	// name is the first element whole: "$<len>\r\n<name>\r\n".
+	start := nameAt + bytes.IndexByte(name, '\n') + 1
+	name = b[start : nameAt+len(name)-2]
+	if len(name) > maxNameLen {
+		return 0, nil, false
+	}
+	return i, name, true
+}
+
+// pushFrameAny is pushFrame for a push of any elements.
+func pushFrameAny(b []byte) (n int, name []byte, ok bool) {
+	n = frameLen(b)
+	if n < 0 {
+		return 0, nil, false
+	}
+	cr := lineEnd(b[:n], 1, clArray)
+	if cr < 0 {
+		return 0, nil, false
+	}
+	if count, err := parseLength('>', b[1:cr]); err != nil || count < 1 {
+		return 0, nil, false
+	}
+	j := cr + 2
+	switch b[j] {
+	case '$':
+		cr := lineEnd(b[:n], j+1, clBlob)
+		if cr < 0 {
+			return 0, nil, false
+		}
+		l, err := parseLength('$', b[j+1:cr])
+		if err != nil || l < 0 || l > maxNameLen {
+			return 0, nil, false
+		}
+		return n, b[cr+2 : cr+2+int(l)], true
+	case '+':
+		cr := lineEnd(b[:n], j+1, clLine)
+		if cr < 0 || cr-(j+1) > maxNameLen {
+			return 0, nil, false
+		}
+		return n, b[j+1 : cr], true
+	}
+	return 0, nil, false
+}
+
+// replyLen is frameLen, with shortcuts for the most common replies: a bulk
+// string (GET) and an array of bulk strings (MGET, LRANGE), each of up to
+// 18 length digits. The rest goes to frameLen.
+func replyLen(b []byte) int {
+	if len(b) < 4 {
+		return frameLen(b)
+	}
+	switch b[0] {
+	case '$':
+		if e := blobEnd(b, 0); e != -2 {
+			return e
+		}
+	case '*':
+		i, n := 1, 0
+		for ; i < len(b); i++ {
+			d := b[i] - '0'
+			if d > 9 {
+				break
+			}
+			n = n*10 + int(d)
+		}
+		if i == 1 || i > 19 || len(b)-i < 2 || b[i] != '\r' || b[i+1] != '\n' || n > len(b) {
+			break
+		}
+		i += 2
+		for ; n > 0; n-- {
+			e := blobEnd(b, i)
+			if e == -2 {
+				return frameLen(b) // an element of another kind
+			}
+			if e < 0 {
+				return -1
+			}
+			i = e
+		}
+		return i
+	}
+	return frameLen(b)
+}
+
+// blobEnd returns the offset after the bulk string at b[i], -1 if it is
+// not complete in b (or not followed by CRLF: the general parser reports
+// that), or -2 if b[i] does not start a bulk string of up to 18 length
+// digits (a null, another type, a length the general rules must judge).
+func blobEnd(b []byte, i int) int {
+	if i >= len(b) || b[i] != '$' {
+		return -2
+	}
+	i++
+	d, n := i, 0
+	for ; i < len(b); i++ {
+		c := b[i] - '0'
+		if c > 9 {
+			break
+		}
+		n = n*10 + int(c)
+	}
+	if i == d || i-d > 18 {
+		return -2
+	}
+	if len(b)-i < 2 {
+		return -1
+	}
+	if b[i] != '\r' || b[i+1] != '\n' {
+		return -2
+	}
+	i += 2
+	if n > len(b)-i-2 {
+		return -1 // not complete in b
+	}
+	e := i + n
+	if b[e] != '\r' || b[e+1] != '\n' {
+		return -1
+	}
+	return e + 2
+}
+
 // lineEnd returns the offset of the CR that ends the line whose body starts
 // at buf[from], if the body and its CRLF are in buf, hold no other CR or
 // LF, and (for a header of class cl) are short enough to be a length.
@@ -663,7 +894,12 @@ func (s *Stripper) done(buf []byte, end int) {
 // decide asks Strip about the pending push whose name just completed.
 func (s *Stripper) decide(buf []byte) {
 	name := buf[s.nameAt : s.nameAt+s.nameLen]
-	if s.Strip != nil && s.Strip(name) {
+	strip := s.decided
+	s.decided = false
+	if !strip && s.Strip != nil {
+		strip = s.Strip(name)
+	}
+	if strip {
 		s.flush(buf, s.start)
 		s.remove(pushStrip)
 		s.nname = copy(s.name[:], name)
@@ -690,6 +926,7 @@ func (s *Stripper) topDone(buf []byte, end int) {
 			if s.dropIn > 1 {
 				s.dropIn--
 			}
+			s.replies++
 			if s.OnReply != nil {
 				s.OnReply()
 			}

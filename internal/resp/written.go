@@ -112,16 +112,15 @@ func (w *Written) Lost() bool { return w.lost }
 // start with such a command, complete and well formed; slow then reads the
 // same bytes and decides.
 func (w *Written) whole(b []byte) int {
-	i, n := 1, int64(0)
-	for ; i < len(b); i++ {
+	// The count: 1 to maxLenDigits digits (a longer count ends the loop on
+	// a digit where the CR should be, and slow decides).
+	n, i := 0, 1
+	for lim := min(len(b), 1+maxLenDigits); i < lim; i++ {
 		c := b[i] - '0'
 		if c > 9 {
 			break
 		}
-		n = n*10 + int64(c)
-		if i > maxLenDigits {
-			return 0
-		}
+		n = n*10 + int(c)
 	}
 	// n == 0 also covers a count without digits: slow decides.
 	if n == 0 || n > MaxAggregateLen || len(b)-i < 2 || b[i] != '\r' || b[i+1] != '\n' {
@@ -130,30 +129,27 @@ func (w *Written) whole(b []byte) int {
 	i += 2
 	kind := cmdOther
 	var x xwalk
-	for a := range n {
+	for a := 0; a < n; a++ {
 		if i >= len(b) || b[i] != '$' {
 			return 0
 		}
 		i++
-		d, size := i, int64(0)
-		for ; i < len(b); i++ {
+		d, size := i, 0
+		for lim := min(len(b), d+maxLenDigits); i < lim; i++ {
 			c := b[i] - '0'
 			if c > 9 {
 				break
 			}
-			size = size*10 + int64(c)
-			if i-d >= maxLenDigits {
-				return 0
-			}
+			size = size*10 + int(c)
 		}
-		if i == d || size > MaxBulkLen || len(b)-i < 2 || b[i] != '\r' || b[i+1] != '\n' {
+		if i == d || len(b)-i < 2 || b[i] != '\r' || b[i+1] != '\n' || size > MaxBulkLen {
 			return 0
 		}
 		i += 2
-		if int64(len(b)-i) < size+2 {
+		if len(b)-i < size+2 {
 			return 0
 		}
-		e := i + int(size)
+		e := i + size
 		if b[e] != '\r' || b[e+1] != '\n' {
 			return 0
 		}
@@ -163,7 +159,7 @@ func (w *Written) whole(b []byte) int {
 				x.on = kind == cmdXRead
 			}
 		} else if x.on {
-			x.step(b[i:e], size)
+			x.step(b[i:e], int64(size))
 		}
 		i = e + 2
 	}
