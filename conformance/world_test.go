@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -393,6 +394,9 @@ const stallKey = "conformance:stall"
 // times out exactly at the deadline the client (and maint) set.
 type tapDialer struct {
 	next func(ctx context.Context, network, addr string) (net.Conn, error)
+	// timeouts counts the reads that timed out on the wire, whether or not
+	// the client surfaced them (a cluster client retries timeouts).
+	timeouts atomic.Int64
 }
 
 func (d *tapDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -400,11 +404,12 @@ func (d *tapDialer) dial(ctx context.Context, network, addr string) (net.Conn, e
 	if err != nil {
 		return nil, err
 	}
-	return &tapConn{Conn: c, br: bufio.NewReaderSize(c, 32<<10)}, nil
+	return &tapConn{Conn: c, d: d, br: bufio.NewReaderSize(c, 32<<10)}, nil
 }
 
 type tapConn struct {
 	net.Conn
+	d       *tapDialer
 	br      *bufio.Reader
 	mu      sync.Mutex
 	stalled bool
@@ -425,7 +430,11 @@ func (c *tapConn) Read(p []byte) (int, error) {
 	stalled := c.stalled
 	c.mu.Unlock()
 	if !stalled {
-		return c.br.Read(p)
+		n, err := c.br.Read(p)
+		if isTimeout(err) {
+			c.d.timeouts.Add(1)
+		}
+		return n, err
 	}
 	for len(c.pending) == 0 {
 		f, err := resp.ReadFrame(c.br, nil)
