@@ -84,8 +84,10 @@ func keysForAllShards(shards int, prefix string) []string {
 // without failing redirects: a read that timed out on the wire counts as
 // the error it would have been (a retried write may run twice).
 func TestRedisPyClusterCommandExecutionDuringSlotMigration(t *testing.T) {
+	parallelTop(t)
+	var cases []tcase
 	for _, effect := range []string{"slot-shuffle", "remove", "add"} {
-		t.Run(effect, func(t *testing.T) {
+		cases = append(cases, tcase{effect, func(t *testing.T) {
 			scenario{
 				name:      "TestRedisPyClusterCommandExecutionDuringSlotMigration/" + effect,
 				criterion: "10 threads SET+GET on every shard, 1 s timeout, no retries, through the slot migration: 0 errors, 0 timeouts on the wire",
@@ -121,8 +123,9 @@ func TestRedisPyClusterCommandExecutionDuringSlotMigration(t *testing.T) {
 					return err
 				},
 			}.run(t)
-		})
+		}})
 	}
+	runCases(t, cases)
 }
 
 // clusterAction is redis-py's trigger_effect for an OSS Cluster API

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -65,7 +66,7 @@ func currentPhases() phases {
 	}
 	return phases{run: 3 * time.Second, warmup: 500 * time.Millisecond, lead: 300 * time.Millisecond,
 		phase: 700 * time.Millisecond, latency: 1500 * time.Millisecond, movingTTL: 2 * time.Second,
-		clusterRun: 3 * time.Second, pace: 5 * time.Millisecond}
+		clusterRun: 3 * time.Second, pace: 10 * time.Millisecond}
 }
 
 // world is one database behind one fault injector, real or emulated.
@@ -310,8 +311,7 @@ type subject struct {
 	p     params
 	rdb   *redis.Client
 	m     *maint.Maint
-	dials *mainttest.Recorder
-	taps  *tapDialer
+	dials *tapDialer
 }
 
 func (w *world) options(p params, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *redis.Options {
@@ -333,9 +333,8 @@ func (w *world) options(p params, dial func(ctx context.Context, network, addr s
 // client builds the column's client; everything is closed at the end of t.
 func (w *world) client(t *testing.T, col column, p params) *subject {
 	t.Helper()
-	taps := &tapDialer{next: w.dial}
-	s := &subject{t: t, w: w, col: col, p: p, taps: taps, dials: mainttest.NewRecorder(taps.dial)}
-	opt := w.options(p, s.dials.Dial)
+	s := &subject{t: t, w: w, col: col, p: p, dials: &tapDialer{next: w.dial}}
+	opt := w.options(p, s.dials.dial)
 	ept := maintnotifications.EndpointType(p.endpointType)
 	if p.endpointType == "" {
 		ept = maintnotifications.EndpointTypeAuto
@@ -388,40 +387,77 @@ func (w *world) plain(t *testing.T) *redis.Client {
 // worlds. Pushes still get through, as they would from a slow server.
 const stallKey = "conformance:stall"
 
-// tapDialer wraps every connection of a client so that a command on
-// stallKey never gets its reply: the connection delivers push frames and
-// drops everything else until its read deadline passes, so the command
-// times out exactly at the deadline the client (and maint) set.
+// tapDialer wraps every connection of a client: it records where each
+// landed, when, what the client wrote and when the client closed it, and a
+// command on stallKey never gets its reply (the connection delivers push
+// frames and drops everything else until its read deadline passes, so the
+// command times out exactly at the deadline the client, and maint, set).
+// A connection keeps its syscall.Conn, so go-redis's and maint's idle
+// checks work as on the plain socket.
 type tapDialer struct {
 	next func(ctx context.Context, network, addr string) (net.Conn, error)
 	// timeouts counts the reads that timed out on the wire, whether or not
 	// the client surfaced them (a cluster client retries timeouts).
 	timeouts atomic.Int64
+	failed   atomic.Int64
+	mu       sync.Mutex
+	all      []*tapConn
 }
 
 func (d *tapDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	c, err := d.next(ctx, network, addr)
 	if err != nil {
+		d.failed.Add(1)
 		return nil, err
 	}
-	return &tapConn{Conn: c, d: d, br: bufio.NewReaderSize(c, 32<<10)}, nil
+	tc := &tapConn{Conn: c, d: d, Remote: c.RemoteAddr().String(), Dialed: time.Now()}
+	d.mu.Lock()
+	d.all = append(d.all, tc)
+	d.mu.Unlock()
+	if sc, ok := c.(syscall.Conn); ok {
+		return &tapSysConn{tapConn: tc, sc: sc}, nil
+	}
+	return tc, nil
+}
+
+// Conns returns the connections dialled so far, in dial order.
+func (d *tapDialer) Conns() []*tapConn {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]*tapConn(nil), d.all...)
 }
 
 type tapConn struct {
 	net.Conn
 	d       *tapDialer
-	br      *bufio.Reader
+	Remote  string    // the address reached
+	Dialed  time.Time // when the dial returned
+	written atomic.Int64
+	closed  atomic.Int64 // unix nanoseconds; 0 while open
+
 	mu      sync.Mutex
 	stalled bool
-	pending []byte // a push frame being handed out in a stalled read
+	br      *bufio.Reader // from the stall on
+	pending []byte        // a push frame being handed out in a stalled read
 }
+
+// tapSysConn is a tapConn over a socket, with its syscall.Conn.
+type tapSysConn struct {
+	*tapConn
+	sc syscall.Conn
+}
+
+func (c *tapSysConn) SyscallConn() (syscall.RawConn, error) { return c.sc.SyscallConn() }
 
 func (c *tapConn) Write(p []byte) (int, error) {
 	if bytes.Contains(p, []byte(stallKey)) {
 		c.mu.Lock()
-		c.stalled = true
+		if !c.stalled {
+			c.stalled, c.br = true, bufio.NewReader(c.Conn)
+		}
 		c.mu.Unlock()
 	}
+	c.written.Add(int64(len(p)))
 	return c.Conn.Write(p)
 }
 
@@ -430,7 +466,7 @@ func (c *tapConn) Read(p []byte) (int, error) {
 	stalled := c.stalled
 	c.mu.Unlock()
 	if !stalled {
-		n, err := c.br.Read(p)
+		n, err := c.Conn.Read(p)
 		if isTimeout(err) {
 			c.d.timeouts.Add(1)
 		}
@@ -448,6 +484,26 @@ func (c *tapConn) Read(p []byte) (int, error) {
 	n := copy(p, c.pending)
 	c.pending = c.pending[n:]
 	return n, nil
+}
+
+func (c *tapConn) Close() error {
+	c.closed.CompareAndSwap(0, time.Now().UnixNano())
+	return c.Conn.Close()
+}
+
+// Written is how many bytes the client wrote (0: it never carried a
+// command, not even the handshake).
+func (c *tapConn) Written() int64 { return c.written.Load() }
+
+// IsClosed reports whether the client closed the connection.
+func (c *tapConn) IsClosed() bool { return c.closed.Load() != 0 }
+
+// Closed is when the client closed it, the zero time while open.
+func (c *tapConn) Closed() time.Time {
+	if ns := c.closed.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
 }
 
 // stall runs one command that never gets its reply and returns its error
@@ -655,39 +711,80 @@ type scenario struct {
 	check       func(ctx context.Context, t *testing.T, w *world, col column) error
 }
 
-// run runs the scenario for each column, in parallel on the emulator (each
-// in a world of its own), one after the other on a real cluster. maint's
-// columns must pass; the controls are recorded.
+// run runs the scenario for each column: at once on the emulator (each
+// column in a world of its own), one after the other on a real cluster
+// (newWorld holds it). maint's columns must pass; the controls are
+// recorded.
 func (sc scenario) run(t *testing.T) {
-	for col := column(0); col < numColumns; col++ {
-		t.Run(strings.ReplaceAll(col.String(), " ", "_"), func(t *testing.T) {
-			if !real {
-				t.Parallel()
-			}
-			w := sc.world
-			if w == nil {
-				w = func(t *testing.T) *world { return newWorld(t, false, nil) }
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-			defer cancel()
-			err := sc.check(ctx, t, w(t), col)
-			cell := "pass"
-			if err != nil {
-				cell = "FAIL: " + oneLine(err.Error())
-			}
-			switch {
-			case err == nil:
-			case !col.maint():
-				t.Logf("control %s fails: %v", col, err)
-			case sc.knownDefect != "":
-				cell = "FAIL (known: " + sc.knownDefect + ")"
-				record(sc.name, sc.criterion, sc.controlsMayPass, col, cell)
-				t.Skipf("KNOWN DEFECT (issue 16 item 3, fixed on branch h16-fixes): %s: %v", sc.knownDefect, err)
-			default:
-				t.Errorf("%s: %v", sc.criterion, err)
-			}
+	names := make([]string, numColumns)
+	for col := range numColumns {
+		names[col] = strings.ReplaceAll(col.String(), " ", "_")
+	}
+	together(t, names, func(t *testing.T, i int) {
+		col := column(i)
+		w := sc.world
+		if w == nil {
+			w = func(t *testing.T) *world { return newWorld(t, false, nil) }
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		defer cancel()
+		err := sc.check(ctx, t, w(t), col)
+		cell := "pass"
+		if err != nil {
+			cell = "FAIL: " + oneLine(err.Error())
+		}
+		switch {
+		case err == nil:
+		case !col.maint():
+			t.Logf("control %s fails: %v", col, err)
+		case sc.knownDefect != "":
+			cell = "FAIL (known: " + sc.knownDefect + ")"
 			record(sc.name, sc.criterion, sc.controlsMayPass, col, cell)
-		})
+			t.Skipf("KNOWN DEFECT (issue 16 item 3, fixed on branch h16-fixes): %s: %v", sc.knownDefect, err)
+		default:
+			t.Errorf("%s: %v", sc.criterion, err)
+		}
+		record(sc.name, sc.criterion, sc.controlsMayPass, col, cell)
+	})
+}
+
+// together runs one subtest per name, all at once: they mostly wait on
+// the emulated timeline, so they are not bound by -parallel (t.Run called
+// from several goroutines, as testing allows). On a real cluster they
+// queue on the shared world.
+func together(t *testing.T, names []string, fn func(t *testing.T, i int)) {
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t.Run(name, func(t *testing.T) { fn(t, i) })
+		}()
+	}
+	wg.Wait()
+}
+
+// tcase is one case of a scenario test.
+type tcase struct {
+	name string
+	fn   func(t *testing.T)
+}
+
+// runCases runs a scenario test's cases together.
+func runCases(t *testing.T, cases []tcase) {
+	names := make([]string, len(cases))
+	for i, c := range cases {
+		names[i] = c.name
+	}
+	together(t, names, func(t *testing.T, i int) { cases[i].fn(t) })
+}
+
+// parallelTop marks a scenario test parallel with the others when
+// MAINT_CONFORMANCE_PARALLEL is set (a quiet machine): by default they run
+// one after the other, each with its columns and cases at once.
+func parallelTop(t *testing.T) {
+	if !real && os.Getenv("MAINT_CONFORMANCE_PARALLEL") != "" {
+		t.Parallel()
 	}
 }
 
