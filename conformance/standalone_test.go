@@ -232,8 +232,10 @@ func within(d time.Duration, err error, want time.Duration, what string) error {
 
 // normalTimeout runs three stalled commands and checks the quickest, the
 // one least delayed by a busy machine, against node-redis's bound for the
-// normal timeout: [timeout, 1.2 timeout) (±20% once maintenance is over),
-// with an error that does not claim maintenance.
+// normal timeout, ±20% (at most 1.2 x timeout), with an error that does
+// not claim maintenance. Short mode, meant for shared CI machines where a
+// 50 ms timer can fire 20 ms late, takes 4 x timeout as the upper bound:
+// still far from the relaxed 2 s the criterion tells it apart from.
 func normalTimeout(ctx context.Context, s *subject) error {
 	best := time.Duration(1<<63 - 1)
 	for range 3 {
@@ -247,8 +249,11 @@ func normalTimeout(ctx context.Context, s *subject) error {
 		best = min(best, d)
 	}
 	lo, hi := s.p.timeout*8/10, s.p.timeout*12/10
+	if !full() {
+		hi = 4 * s.p.timeout
+	}
 	if best < lo || best >= hi {
-		return fmt.Errorf("quickest of 3 timed out after %v, want the normal %v ±20%% [%v, %v)", best.Round(time.Millisecond), s.p.timeout, lo, hi)
+		return fmt.Errorf("quickest of 3 timed out after %v, want the normal %v within [%v, %v)", best.Round(time.Millisecond), s.p.timeout, lo, hi)
 	}
 	return nil
 }
@@ -272,7 +277,7 @@ func TestNodeRedisTimeoutsRelaxedDuringMigratingAndMoving(t *testing.T) {
 	parallelTop(t)
 	scenario{
 		name:        "TestNodeRedisTimeoutsRelaxedDuringMigratingAndMoving",
-		criterion:   "50 ms timeout: [50,60) ms before; at MIGRATING and at MOVING 2 s ±20%, a maintenance error",
+		criterion:   "50 ms timeout: 50 ms +20% before (short: 4x); at MIGRATING and at MOVING 2 s ±20%, a maintenance error",
 		knownDefect: "short timeouts not relaxed",
 		check: func(ctx context.Context, t *testing.T, w *world, col column) error {
 			s := w.client(t, col, params{timeout: nodeRedisNormal, relaxed: nodeRedisRelaxed, pool: 10})
@@ -325,7 +330,7 @@ func TestNodeRedisTimeoutsUnrelaxedAfterMigratedAndMoving(t *testing.T) {
 	parallelTop(t)
 	scenario{
 		name:            "TestNodeRedisTimeoutsUnrelaxedAfterMigratedAndMoving",
-		criterion:       "2x relaxed after migrate, and after bind: 50 ms ±20%, a plain timeout error",
+		criterion:       "2x relaxed after migrate, and after bind: 50 ms ±20% (short: 4x), a plain timeout error",
 		controlsMayPass: "no handler never relaxes; the relaxing half is TestNodeRedisTimeoutsRelaxedDuringMigratingAndMoving",
 		check: func(ctx context.Context, t *testing.T, w *world, col column) error {
 			s := w.client(t, col, params{timeout: nodeRedisNormal, relaxed: nodeRedisRelaxed, pool: 10})
@@ -437,21 +442,21 @@ func TestNodeRedisConnectionHandoffOneNewConnection(t *testing.T) {
 // about 1000 per second; more than 1000 successful operations before the
 // rebind, more than 1000 more after it (migrate, then bind), more than 1000
 // more after the reconnection; the failure rate must be exactly 0.
-// Lettuce's command timeout is replaced by redis-py's 1 s.
+// Lettuce's default command timeout (60 s) and relaxed timeout (10 s).
 func TestLettuceTrafficResumesAfterRebind(t *testing.T) {
 	parallelTop(t)
 	scenario{
 		name:      "TestLettuceTrafficResumesAfterRebind",
 		criterion: "3 phases of >1000 async GET/SET around a rebind: failure rate exactly 0",
 		check: func(ctx context.Context, t *testing.T, w *world, col column) error {
-			s := w.client(t, col, params{timeout: time.Second, relaxed: 10 * time.Second, endpointType: "external-ip", pool: 10})
+			s := w.client(t, col, params{timeout: 60 * time.Second, relaxed: 10 * time.Second, endpointType: "external-ip", pool: 10})
 			var ok, failed atomic.Int64
 			var errs errorsOf
 			gctx, stop := context.WithCancel(ctx)
 			var wg sync.WaitGroup
 			sem := make(chan struct{}, 64) // async commands in flight at most
 			wg.Add(1)
-			go func() { // the generator: one command per millisecond, none awaited
+			go func() { // the generator: ten commands every 10 ms, none awaited
 				defer wg.Done()
 				for n := 1; gctx.Err() == nil; n++ {
 					select {
@@ -477,7 +482,9 @@ func TestLettuceTrafficResumesAfterRebind(t *testing.T) {
 						}
 						ok.Add(1)
 					}()
-					time.Sleep(time.Millisecond)
+					if n%10 == 0 {
+						time.Sleep(10 * time.Millisecond)
+					}
 				}
 			}()
 			until := func(n int64) error {
