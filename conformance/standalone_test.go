@@ -738,19 +738,22 @@ func TestGoRedisE2ETimeoutConfigs(t *testing.T) {
 		if !full() && c.name != "Aggressive" {
 			continue
 		}
-		cases = append(cases, tcase{c.name, func(t *testing.T) {
-			scenario{
-				name:      "TestGoRedisE2ETimeoutConfigs/" + c.name,
-				criterion: fmt.Sprintf("relaxed %v: failover, migrate, bind under the runner: 0 errors, handoff before the close", c.relaxed),
-				check: func(ctx context.Context, t *testing.T, w *world, col column) error {
-					s := w.client(t, col, params{timeout: 3 * time.Second, relaxed: c.relaxed, endpointType: "external-ip",
-						pool: 10, minIdle: 4, maxActive: 15})
-					return goRedisSequence(ctx, t, w, s)
-				},
-			}.run(t)
-		}})
+		cases = append(cases, goRedisCase("TestGoRedisE2ETimeoutConfigs/"+c.name, c.name,
+			fmt.Sprintf("relaxed %v: failover, migrate, bind under the runner: 0 errors, handoff before the close", c.relaxed),
+			params{timeout: 3 * time.Second, relaxed: c.relaxed, endpointType: "external-ip", pool: 10, minIdle: 4, maxActive: 15}))
 	}
 	runCases(t, cases)
+}
+
+// goRedisCase is one case of go-redis's sequence scenarios.
+func goRedisCase(name, short, criterion string, p params) tcase {
+	return tcase{short, func(t *testing.T) {
+		scenario{name: name, criterion: criterion,
+			check: func(ctx context.Context, t *testing.T, w *world, col column) error {
+				return goRedisSequence(ctx, t, w, w.client(t, col, p))
+			},
+		}.run(t)
+	}}
 }
 
 // TestGoRedisE2EEndpointTypes ports go-redis's TestEndpointTypes: relaxed
@@ -764,17 +767,9 @@ func TestGoRedisE2EEndpointTypes(t *testing.T) {
 	parallelTop(t)
 	var cases []tcase
 	for _, typ := range []string{"external-ip", "external-fqdn", "none"} {
-		cases = append(cases, tcase{typ, func(t *testing.T) {
-			scenario{
-				name:      "TestGoRedisE2EEndpointTypes/" + typ,
-				criterion: "failover, migrate, bind under the runner: 0 errors, handoff before the close",
-				check: func(ctx context.Context, t *testing.T, w *world, col column) error {
-					s := w.client(t, col, params{timeout: 3 * time.Second, relaxed: 8 * time.Second, endpointType: typ,
-						pool: 10, minIdle: 4, maxActive: 15})
-					return goRedisSequence(ctx, t, w, s)
-				},
-			}.run(t)
-		}})
+		cases = append(cases, goRedisCase("TestGoRedisE2EEndpointTypes/"+typ, typ,
+			"failover, migrate, bind under the runner: 0 errors, handoff before the close",
+			params{timeout: 3 * time.Second, relaxed: 8 * time.Second, endpointType: typ, pool: 10, minIdle: 4, maxActive: 15}))
 	}
 	runCases(t, cases)
 }

@@ -29,7 +29,8 @@ type FaultInjectorConfig struct {
 	Phase time.Duration
 	// MaintLatency is the extra latency of every command on the node from a
 	// MIGRATING's or FAILING_OVER's start to its completion, and on a
-	// slot migration's source [0].
+	// slot migration's source from LeadTime after its SMIGRATING to its
+	// SMIGRATED [0].
 	MaintLatency time.Duration
 	// MovingTTL is the window a bind's MOVING declares [4s]; Redis
 	// Enterprise declares 15 s.
@@ -585,21 +586,22 @@ func shardsOf(db *faultDB) string { return strconv.Itoa(db.BdbID) }
 
 func (fi *FaultInjector) migrate(db *faultDB) error {
 	ep := db.Nodes[db.cur]
-	ep.Migrating(fi.cfg.LeadTime, shardsOf(db))
-	if !fi.sleep(fi.cfg.LeadTime + fi.cfg.Phase) {
-		return errClosedFI
-	}
-	ep.Migrated(shardsOf(db))
-	return nil
+	return fi.bracket(func() { ep.Migrating(fi.cfg.LeadTime, shardsOf(db)) }, func() { ep.Migrated(shardsOf(db)) })
 }
 
 func (fi *FaultInjector) failover(db *faultDB) error {
 	ep := db.Nodes[db.cur]
-	ep.FailingOver(fi.cfg.LeadTime, shardsOf(db))
+	return fi.bracket(func() { ep.FailingOver(fi.cfg.LeadTime, shardsOf(db)) }, func() { ep.FailedOver(shardsOf(db)) })
+}
+
+// bracket announces an operation, lets its lead time and phase pass and
+// completes it.
+func (fi *FaultInjector) bracket(announce, complete func()) error {
+	announce()
 	if !fi.sleep(fi.cfg.LeadTime + fi.cfg.Phase) {
 		return errClosedFI
 	}
-	ep.FailedOver(shardsOf(db))
+	complete()
 	return nil
 }
 
@@ -646,7 +648,10 @@ func (fi *FaultInjector) slotMigrate(db *faultDB, effect string) error {
 	if from == nil {
 		return errors.New("no node owns slots")
 	}
-	mig := SlotMigration{From: from, Duration: fi.cfg.LeadTime, Latency: fi.cfg.MaintLatency, CloseAfter: fi.cfg.Phase}
+	// The source slows down LeadTime after the SMIGRATING, for Phase, as a
+	// migration starts after its announcement; the ownership change and
+	// SMIGRATED follow.
+	mig := SlotMigration{From: from, Duration: fi.cfg.LeadTime + fi.cfg.Phase, CloseAfter: fi.cfg.Phase}
 	all := FormatSlots(cl.Slots(from))
 	other := func() *Endpoint {
 		for _, n := range nodes {
@@ -683,6 +688,13 @@ func (fi *FaultInjector) slotMigrate(db *faultDB, effect string) error {
 	}
 	start := time.Now()
 	cl.MigrateSlots(mig)
+	if fi.cfg.MaintLatency > 0 {
+		if !fi.sleep(fi.cfg.LeadTime) {
+			return errClosedFI
+		}
+		from.SetLatency(fi.cfg.MaintLatency)
+		defer from.SetLatency(0)
+	}
 	ctx, cancel := context.WithTimeout(fi.ctx, mig.Duration+30*time.Second)
 	defer cancel()
 	_, err := fi.e.WaitEvent(ctx, func(ev Event) bool {
