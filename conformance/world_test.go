@@ -88,6 +88,7 @@ const (
 	clusterName  = "maint-notifications-oss-api" // its OSS Cluster API default
 	emuStdBdb    = 1
 	emuClusterDB = 2
+	emuRTT       = time.Millisecond // per command, on the standalone nodes
 )
 
 var (
@@ -137,6 +138,10 @@ func newWorld(t *testing.T, withCluster bool, tune func(*phases)) *world {
 		name := fmt.Sprintf("node-%d.%s", i+1, emuHost)
 		ep.SetFQDN(name)
 		emu.DNS().Set(name, ep.IP())
+		// A network round trip to the proxy: as against a real cluster, a
+		// client under load has commands in flight most of the time, when a
+		// node closes its connections too.
+		ep.SetLatency(emuRTT)
 	}
 	fake, err := emu.NewFaultInjector(mainttest.FaultInjectorConfig{LeadTime: ph.lead, Phase: ph.phase,
 		MaintLatency: ph.latency, MovingTTL: ph.movingTTL})
