@@ -257,6 +257,18 @@
 // and +switch-master messages written. Emulator.Close closes every Sentinel
 // with the endpoints.
 //
+// # Fault injector
+//
+// Emulator.NewFaultInjector serves, on a loopback HTTP port, the API of
+// Redis's fault injector as the client libraries' scenario suites use it
+// (POST /action {type, parameters}, GET /action/{id} until success or
+// failed, the slot_migrate and standalone effects), driving the databases
+// registered with FaultInjector.AddDatabase: a standalone one whose DNS
+// name a bind moves between its nodes, or a Cluster. Its actions keep the
+// real service's order (notification, LeadTime, action, completion) and
+// EndpointsConfig writes the endpoints file those suites read
+// (REDIS_ENDPOINTS_CONFIG_PATH). The conformance package runs on it.
+//
 // go-redis v9.23.0's FailoverClusterClient (a UniversalClient with
 // MasterName and RouteByLatency, RouteRandomly or IsClusterMode) rewrites
 // loopback node addresses to ":port", so it reaches only nodes on

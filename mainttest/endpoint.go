@@ -51,12 +51,18 @@ type Endpoint struct {
 	completion  []byte   // latest MIGRATED/FAILED_OVER frame, replayed on opt-in
 	completionK string   // its kind
 	moving      *movingOp
+	// replayActive replays an open MIGRATING or FAILING_OVER to connections
+	// opting in while it lasts (SetReplayActive), as Redis Enterprise does.
+	replayActive bool
 }
 
 // maintOp is an open MIGRATING or FAILING_OVER.
 type maintOp struct {
 	seq     int64
 	started bool // its "starts in" elapsed: maint latency applies
+	kind    string
+	shards  string
+	startAt time.Time // when its "starts in" elapses
 }
 
 // movingOp is the MOVING whose window is open on an endpoint.

@@ -36,6 +36,14 @@ func (ep *Endpoint) optIn(c *conn, typ string) {
 			reply = append(reply, ep.completion...)
 			replays = append(replays, Event{Detail: ep.completionK})
 		}
+		if ep.replayActive {
+			for _, op := range [...]*maintOp{ep.migrating, ep.failingOver} {
+				if op != nil {
+					reply = op.appendFrame(reply)
+					replays = append(replays, Event{Seq: op.seq, Detail: op.kind})
+				}
+			}
+		}
 		if mv := ep.moving; mv != nil {
 			left := wireSeconds(time.Until(mv.end))
 			reply = mv.appendFrame(reply, left, typ)
@@ -166,8 +174,8 @@ func (ep *Endpoint) broadcastEvent(kind string, seq int64, frame []byte, detail 
 }
 
 // startMaint sends a MIGRATING or FAILING_OVER and arms its start.
-func (ep *Endpoint) startMaint(kind string, startsIn time.Duration, frame []byte, seq int64, slot **maintOp) {
-	op := &maintOp{seq: seq, started: startsIn <= 0}
+func (ep *Endpoint) startMaint(kind string, startsIn time.Duration, frame []byte, seq int64, shards string, slot **maintOp) {
+	op := &maintOp{seq: seq, started: startsIn <= 0, kind: kind, shards: shards, startAt: time.Now().Add(startsIn)}
 	ep.broadcastEvent(kind, seq, frame, fmt.Sprintf("starts_in=%s", startsIn), func() { *slot = op })
 	start := func() {
 		ep.mu.Lock()
@@ -187,13 +195,23 @@ func (ep *Endpoint) startMaint(kind string, startsIn time.Duration, frame []byte
 	ep.e.schedule(startsIn, start)
 }
 
+// appendFrame appends op's push again, with the seconds left of its "starts
+// in" (0 once started), for a connection opting in while op is open.
+func (op *maintOp) appendFrame(dst []byte) []byte {
+	left := max(wireSeconds(time.Until(op.startAt)), 0)
+	if op.kind == KindFailingOver {
+		return resp.AppendFailingOver(dst, op.seq, left, op.shards)
+	}
+	return resp.AppendMigrating(dst, op.seq, left, op.shards)
+}
+
 // Migrating sends MIGRATING (full form: seq, starts-in seconds rounded up,
 // shards) to the endpoint's opted-in RESP3 connections. From startsIn on,
 // until Migrated, SetMaintLatency's latency applies to every command.
 func (ep *Endpoint) Migrating(startsIn time.Duration, shards string) (seq int64) {
 	seq = ep.e.nextSeq()
 	frame := resp.AppendMigrating(nil, seq, wireSeconds(startsIn), shards)
-	ep.startMaint(KindMigrating, startsIn, frame, seq, &ep.migrating)
+	ep.startMaint(KindMigrating, startsIn, frame, seq, shards, &ep.migrating)
 	return seq
 }
 
@@ -212,7 +230,7 @@ func (ep *Endpoint) Migrated(shards string) (seq int64) {
 func (ep *Endpoint) FailingOver(startsIn time.Duration, shards string) (seq int64) {
 	seq = ep.e.nextSeq()
 	frame := resp.AppendFailingOver(nil, seq, wireSeconds(startsIn), shards)
-	ep.startMaint(KindFailingOver, startsIn, frame, seq, &ep.failingOver)
+	ep.startMaint(KindFailingOver, startsIn, frame, seq, shards, &ep.failingOver)
 	return seq
 }
 

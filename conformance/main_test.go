@@ -1,0 +1,57 @@
+package conformance_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...interface{}) {}
+
+// TestMain prints the table of every scenario and column (and writes it to
+// MAINT_CONFORMANCE_TABLE when set), fails the run when a scenario maint
+// passes is passed by both controls without a stated reason, and checks
+// for leaked goroutines.
+func TestMain(m *testing.M) {
+	if os.Getenv("MAINT_CONFORMANCE_GOREDIS_LOG") == "" {
+		redis.SetLogger(quietLogger{}) // go-redis logs every handoff
+	}
+	code := m.Run()
+	if len(resKeys) > 0 {
+		world := "emulated fault injector (mainttest)"
+		if real {
+			world = "fault injector " + realFI
+		}
+		length := "short"
+		if full() {
+			length = "full"
+		}
+		out := fmt.Sprintf("conformance %s, %s length, %s\n\n%s", time.Now().UTC().Format("2006-01-02 15:04 UTC"), length, world, table())
+		fmt.Print("\n" + out)
+		if path := os.Getenv("MAINT_CONFORMANCE_TABLE"); path != "" {
+			_ = os.WriteFile(path, []byte(out), 0o644)
+		}
+		if acc := accidents(); len(acc) > 0 && !real && code == 0 {
+			fmt.Printf("FAIL: maint passes these scenarios and so do both controls, with no reason stated: %v\n", acc)
+			code = 1
+		}
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Println("goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
