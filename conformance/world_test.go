@@ -745,7 +745,7 @@ func (sc scenario) run(t *testing.T) {
 		case sc.knownDefect != "":
 			cell = "FAIL (known: " + sc.knownDefect + ")"
 			record(sc.name, sc.criterion, sc.controlsMayPass, col, cell)
-			t.Skipf("KNOWN DEFECT (issue 16 item 3, fixed on branch h16-fixes): %s: %v", sc.knownDefect, err)
+			t.Skipf("KNOWN DEFECT (issue 16 item 3, still failing after the h16-fixes merge): %s: %v", sc.knownDefect, err)
 		default:
 			t.Errorf("%s: %v", sc.criterion, err)
 		}
