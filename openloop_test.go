@@ -119,7 +119,7 @@ func TestHeldBurstReleasedOntoASmallPool(t *testing.T) {
 	e.old.Moving(mainttest.Moving{Window: window, To: e.new, Null: true, StopAccepting: true,
 		DNSHost: host, DNSLag: window + lag})
 	e.waitEvent(e.old, mainttest.KindWindowEndClose, window+10*time.Second)
-	_, released := ev.first(maint.EventRelease)
+	var released bool // Held is final once the hold is released
 	waitFor(t, "the release", lag+10*time.Second, func() bool { _, released = ev.first(maint.EventRelease); return released })
 	// The burst, then half a second of load, served on the new node.
 	waitFor(t, "load on the new node", 15*time.Second, func() bool { return uint64(e.new.Stats().Served) > m.Stats().Held+uint64(rate/2) })
