@@ -200,8 +200,16 @@ func TestContractRingShards(t *testing.T) {
 	dropped := made[e.new.Addr()]
 	mu.Unlock()
 	assert.ErrorIs(t, dropped.Ping(context.Background()).Err(), redis.ErrClosed, "SetAddrs closes the shard clients it drops")
-	time.Sleep(100 * time.Millisecond) // a heartbeat round under way when SetAddrs ran
+	// A heartbeat round under way when SetAddrs ran still pings the dropped
+	// shard, and that ping goes on through its pool's dial retries (five,
+	// 100 ms apart, each up to DialTimeout) after the client is closed. The
+	// heartbeat runs its rounds one after the other in one goroutine: once
+	// it pings the new shard c, it is in a round over the new list and the
+	// old round has ended, its dials with it.
+	pings := func(a string) int64 { return hookOf(a).cmds.Load() }
+	waitFor(t, "a heartbeat round over the new shards", 10*time.Second, func() bool { return pings(extra.Addr()) > 0 })
 	n := activity(e.new.Addr())
-	time.Sleep(500 * time.Millisecond)
+	rounds := pings(extra.Addr())
+	waitFor(t, "three more heartbeat rounds", 10*time.Second, func() bool { return pings(extra.Addr()) >= rounds+3 })
 	assert.Equal(t, n, activity(e.new.Addr()), "no heartbeat, command or dial reaches a dropped shard (the sweeper takes it for closed)")
 }

@@ -98,6 +98,21 @@ func (m *Maint) dialWith(next dialFunc, o dialOpts) dialFunc {
 				if pinned {
 					return nil, fmt.Errorf("maint: dial successor %s of %s: %w", dialAddr, addr, err)
 				}
+				if r := m.refusedByRetired(t, err); r != nil {
+					// The configured address still leads to the node being
+					// retired (DNS lags the move), which no longer accepts:
+					// a doomed dial like a landing there. Returned to the
+					// pool, PoolSize such errors trip its dial breaker and
+					// every command fails fast, held ones once released,
+					// until its next probe dial a second later.
+					m.c.doomed.Add(1)
+					r.tally.doomed.Add(1)
+					m.emit(Event{Kind: EventDoomed, Node: r.n.key, Seq: r.seq, Detail: "refused by " + r.n.key})
+					if err := r.waitChange(ctx); err != nil {
+						return nil, err
+					}
+					continue
+				}
 				return nil, err
 			}
 			if c, ok := raw.(*conn); ok {
@@ -164,6 +179,17 @@ func (m *Maint) dialWith(next dialFunc, o dialOpts) dialFunc {
 // a replacement can be had; past it a dial waits a probe interval between
 // tries.
 const maxQuickRedials = 3
+
+// refusedByRetired returns the handoff in progress whose retired node
+// refused a dial of target t (err names the address it dialled), or nil.
+func (m *Maint) refusedByRetired(t *target, err error) *run {
+	var oe *net.OpError
+	if !errors.As(err, &oe) || oe.Op != "dial" || oe.Addr == nil {
+		return nil
+	}
+	r, _ := m.judge(t, oe.Addr.String())
+	return r
+}
 
 // judge passes judgement on a new connection of target t that reached
 // remote, against every handoff in progress: it returns the handoff whose

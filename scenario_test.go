@@ -201,6 +201,37 @@ func TestStaleDNSReconnectIsNeverUsed(t *testing.T) {
 	assert.NotZero(t, m.Stats().Doomed)
 }
 
+// Scenario 4c: after the window's end the retiring node refuses new
+// connections while DNS still names it. A dial then (a subscriber here; in
+// a pool, a command that was past the hold, waiting for a connection) waits
+// for the replacement instead of failing with "connection refused": go-redis
+// counts such a failure, and PoolSize of them trip its pool's dial breaker,
+// failing every command fast, the held ones once released
+// (TestHeldBurstReleasedOntoASmallPool), until its next probe dial.
+func TestDialRefusedByRetiringNodeWaitsForReplacement(t *testing.T) {
+	e := newEnv(t)
+	rdb, m, ev := e.client(routes[0], e.options(4))
+	ctx := context.Background()
+	require.NoError(t, rdb.Ping(ctx).Err())
+	window := 2 * time.Second
+	e.old.Moving(mainttest.Moving{Window: window, To: e.new, Null: true, StopAccepting: true,
+		DNSHost: host, DNSLag: window + 700*time.Millisecond})
+	l := startLoad(rdb, 1) // reads the MOVING and keeps the client busy until the hold
+	defer l.stop()
+	e.waitEvent(e.old, mainttest.KindRefuse, window+10*time.Second)
+	_, released := ev.first(maint.EventRelease)
+	require.False(t, released, "DNS still names the retiring node: commands are held")
+	// A new subscriber dials now: DNS names the retiring node, which refuses.
+	ps := rdb.Subscribe(ctx, "news")
+	defer ps.Close()
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := ps.Receive(rctx)
+	t.Logf("maint %+v; events:\n%s", m.Stats(), ev)
+	require.NoError(t, err, "a dial refused by the retiring node waits for its replacement")
+	assert.Contains(t, ev.String(), "refused by "+e.old.Addr(), "the test should have made the retiring node refuse a dial")
+}
+
 // Scenario 5: a mostly idle pool: every idle connection to the old node is
 // retired before the window's end, including ones that never carried a
 // command (MinIdleConns) and so never opted in. With AddHook alone the pool
