@@ -216,12 +216,22 @@ func TestMovedContradictingServedMapEndsServing(t *testing.T) {
 	assert.Equal(t, srcAddr, masterOf(f.reload(t, f.src, fixtureMap()), 50))
 }
 
-// A CLUSTER SLOTS reply in flight when the SMIGRATED came (asked before)
-// gets the moves done on it again while maint serves its map.
-func TestSlotMapInFlightGetsMovesAgain(t *testing.T) {
+// A CLUSTER SLOTS in flight when the SMIGRATED came (asked before it):
+// go-redis folds the reload maint asks for into it, so its reply gets the
+// moves done; a reply read while maint serves keeps them too.
+func TestSlotMapInFlightGetsMoves(t *testing.T) {
 	f := newClusterFixture(t)
-	f.cSrc.onNotification(smigrated(31, "0-100"))
-	f.cs.sawSlotMap(f.dst, fixtureMap()) // asked before the SMIGRATED was read
+	h := f.src.ProcessHook(func(_ context.Context, c redis.Cmder) error {
+		f.cDst.onNotification(smigrated(31, "0-100")) // read while the reply is on its way
+		c.(*redis.ClusterSlotsCmd).SetVal(fixtureMap())
+		return nil
+	})
+	cmd := redis.NewClusterSlotsCmd(context.Background(), "cluster", "slots")
+	require.NoError(t, h(context.Background(), cmd))
+	assert.Equal(t, dstAddr, masterOf(cmd.Val(), 50), "go-redis installs the reply: it has the moves")
+	assert.Equal(t, srcAddr, masterOf(cmd.Val(), 101))
+
+	f.cs.sawSlotMap(f.dst, fixtureMap()) // another reply, asked before
 	assert.Equal(t, dstAddr, masterOf(f.reload(t, f.src, nil), 50))
 }
 
