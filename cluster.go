@@ -526,15 +526,15 @@ func (cs *clusterState) hand(m *Maint, sm *slotMap, read []redis.ClusterSlot) {
 	var emptied []*clusterMember
 	if read != nil {
 		cs.markGoneLocked(sm, now)
-		after := sm.masters()
-		for _, mb := range cs.members {
-			n, ok := sm.node(mb.addr)
-			switch {
-			case ok && after[n.Addr]:
-				mb.m.emptied.Store(0) // it owns slots again
-			case before != nil && cs.masteredLocked(before, mb.addr):
-				emptied = append(emptied, mb)
-			}
+	}
+	after := sm.masters()
+	for _, mb := range cs.members {
+		n, ok := sm.node(mb.addr)
+		switch {
+		case ok && after[n.Addr]:
+			mb.m.emptied.Store(0) // it owns slots (again)
+		case read != nil && before != nil && cs.masteredLocked(before, mb.addr):
+			emptied = append(emptied, mb)
 		}
 	}
 	ws := append([]slotMapWatch(nil), cs.watchers...)

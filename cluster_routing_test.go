@@ -193,3 +193,51 @@ func TestClusterAppHooksSeeEverythingOnceAfterSMigrated(t *testing.T) {
 		assert.Equal(t, n, v)
 	})
 }
+
+// MaxRedirects applies with maint as without: with -1 (no redirect), a
+// command that meets a MOVED for a slot an SMIGRATING named (its owner
+// changed with no SMIGRATED) fails with go-redis's own MOVED error; maint
+// does not send it on itself.
+func TestClusterMaxRedirectsApply(t *testing.T) {
+	eachRoute(t, func(t *testing.T, options bool) {
+		ce := newClusterEnv(t, 0, options)
+		ctx := context.Background()
+		src, dst := ce.nodes[0], ce.nodes[1]
+		var k string
+		for i := 0; k == ""; i++ {
+			if c := "r" + strconv.Itoa(i); ce.cl.OwnerOf(c) == src {
+				k = c
+			}
+		}
+		require.NoError(t, ce.cc.Incr(ctx, k).Err())
+		opt := ce.cc.Options()
+		plain := redis.NewClusterClient(&redis.ClusterOptions{Addrs: opt.Addrs, Dialer: opt.Dialer, Protocol: 3, MaxRedirects: -1})
+		defer plain.Close()
+		strict := redis.NewClusterClient(&redis.ClusterOptions{Addrs: opt.Addrs, Dialer: opt.Dialer, Protocol: 3, MaxRedirects: -1})
+		defer strict.Close()
+		if options {
+			strict = ce.g.NewClusterClient(&redis.ClusterOptions{Addrs: opt.Addrs, Dialer: opt.Dialer, Protocol: 3, MaxRedirects: -1})
+			defer strict.Close()
+		} else {
+			require.NoError(t, ce.g.Instrument(strict))
+		}
+		require.NoError(t, strict.Incr(ctx, k).Err())
+		require.NoError(t, plain.Incr(ctx, k).Err())
+		slot := strconv.Itoa(mainttest.KeySlot(k))
+		_, err := ce.cl.MigrateSlots(mainttest.SlotMigration{From: src, To: dst, Slots: slot, Duration: time.Minute})
+		require.NoError(t, err)
+		ce.waitEvent(src, mainttest.KindSMigrating)
+		waitFor(t, "maint to read the SMIGRATING", 10*time.Second, func() bool {
+			_ = strict.Ping(ctx).Err()
+			_ = ce.cc.Ping(ctx).Err()
+			return ce.g.Stats().Relaxations > 0
+		})
+		require.NoError(t, ce.cl.SetOwner(slot, dst)) // no SMIGRATED
+		errPlain := plain.Incr(ctx, k).Err()
+		_, movedPlain := redis.IsMovedError(errPlain)
+		require.True(t, movedPlain, "go-redis alone: %v", errPlain)
+		errMaint := strict.Incr(ctx, k).Err()
+		_, movedMaint := redis.IsMovedError(errMaint)
+		assert.True(t, movedMaint, "with maint, MaxRedirects -1 no longer applies: %v", errMaint)
+	})
+}
