@@ -325,7 +325,12 @@ func (cs *clusterState) onSMigrated(m *Maint, c *conn, nt resp.Notification) {
 		return
 	}
 	if base.shows(resolved) {
-		// A replay, or go-redis reloaded on a MOVED before it came.
+		// A replay, or go-redis reloaded on a MOVED before it came: the
+		// reloads more such MOVEDs bring (one more after go-redis's
+		// cooldown) are answered with that map, which has the moves.
+		if s := cs.serve.Load(); s == nil || s.until <= now {
+			cs.serve.Store(&serving{sm: base, until: now + int64(serveFor)})
+		}
 		cs.mu.Unlock()
 		cs.c.stale.Add(1)
 		m.c.replayed.Add(1)
@@ -512,7 +517,7 @@ func (cs *clusterState) hand(m *Maint, sm *slotMap, read []redis.ClusterSlot) {
 		}
 		sm = &cp
 	}
-	before := cs.handed
+	before := cs.currentLocked(now) // the served map, if any: what go-redis was to have
 	cs.handed = sm
 	if s := cs.serve.Load(); s != nil && s.until > now && read != nil {
 		if moves, why := cs.resolveLocked(sm, s.moves); why == "" {

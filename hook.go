@@ -113,15 +113,24 @@ func (m *Maint) DialHook(next redis.DialHook) redis.DialHook {
 func (m *Maint) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	m.hooked.Store(true)
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cs := m.s.cluster; cs != nil {
+			if sc, ok := cmd.(*redis.ClusterSlotsCmd); ok {
+				// Before any hold: a map served needs no connection.
+				return cs.clusterSlots(ctx, m, sc, func(ctx context.Context, cmd redis.Cmder) error {
+					if m.holds.Load() != nil {
+						if err := m.waitHolds(ctx); err != nil {
+							cmd.SetErr(err)
+							return err
+						}
+					}
+					return next(ctx, cmd)
+				})
+			}
+		}
 		if m.holds.Load() != nil {
 			if err := m.waitHolds(ctx); err != nil {
 				cmd.SetErr(err)
 				return err
-			}
-		}
-		if cs := m.s.cluster; cs != nil {
-			if sc, ok := cmd.(*redis.ClusterSlotsCmd); ok {
-				return cs.clusterSlots(ctx, m, sc, next)
 			}
 		}
 		err := next(ctx, cmd)
