@@ -58,6 +58,9 @@ type clusterState struct {
 	// map: the node clients' hooks load it for each CLUSTER SLOTS and on
 	// each MOVED.
 	serve atomic.Pointer[serving]
+	// served is closed (and replaced) each time maint starts serving a
+	// map: a CLUSTER SLOTS waiting for its reply is answered at once.
+	served atomic.Pointer[chan struct{}]
 	// maps counts the slot maps handed to go-redis (read or served).
 	maps atomic.Uint64
 
@@ -84,7 +87,7 @@ type serving struct {
 // slotMapWatch is one watcher of the slot maps handed to go-redis.
 type slotMapWatch struct {
 	id int
-	fn func(SlotMapView)
+	fn func(slotMapView)
 }
 
 // clusterMember is one node client of the cluster.
@@ -329,7 +332,7 @@ func (cs *clusterState) onSMigrated(m *Maint, c *conn, nt resp.Notification) {
 		// reloads more such MOVEDs bring (one more after go-redis's
 		// cooldown) are answered with that map, which has the moves.
 		if s := cs.serve.Load(); s == nil || s.until <= now {
-			cs.serve.Store(&serving{sm: base, until: now + int64(serveFor)})
+			cs.startServing(&serving{sm: base, until: now + int64(serveFor)})
 		}
 		cs.mu.Unlock()
 		cs.c.stale.Add(1)
@@ -345,7 +348,7 @@ func (cs *clusterState) onSMigrated(m *Maint, c *conn, nt resp.Notification) {
 	if len(all) > maxServedMoves {
 		all = all[len(all)-maxServedMoves:]
 	}
-	cs.serve.Store(&serving{sm: sm, moves: all, until: now + int64(serveFor)})
+	cs.startServing(&serving{sm: sm, moves: all, until: now + int64(serveFor)})
 	before, after := base.masters(), sm.masters()
 	var emptied []*clusterMember
 	for _, mv := range resolved {
@@ -455,29 +458,86 @@ func (cs *clusterState) clusterNameLocked(sm *slotMap, addr string) string {
 
 // clusterSlots runs a CLUSTER SLOTS a node client is sent (go-redis's
 // reload, mostly): while maint serves its map, the reply is that map, with
-// no round trip; otherwise the cluster's reply, which maint keeps.
+// no round trip; otherwise the cluster's reply, which maint keeps. A
+// request still waiting for its reply when an SMIGRATED starts the serving
+// (go-redis reloading on a MOVED, its request queued behind a busy
+// source's pool) is answered with the served map at once: go-redis folds
+// the reload maint asks for into the one running
+// (TestContractClusterLazyReload). The cluster's reply, when it comes, is
+// still kept.
 func (cs *clusterState) clusterSlots(ctx context.Context, m *Maint, cmd *redis.ClusterSlotsCmd, next redis.ProcessHook) error {
-	if s := cs.serve.Load(); s != nil && s.until > monoNow() {
-		cmd.SetErr(nil)
-		cmd.SetVal(s.sm.slots())
-		cs.c.served.Add(1)
-		cs.hand(m, s.sm, nil)
+	if cs.serveTo(m, cmd) {
 		return nil
 	}
-	err := next(ctx, cmd)
-	if err != nil {
-		return err
+	sig := cs.servedSignal()
+	own := redis.NewClusterSlotsCmd(ctx, "cluster", "slots")
+	done := make(chan error, 1)
+	go func() { // ends with next: bounded by go-redis's timeouts
+		err := next(ctx, own)
+		if err == nil {
+			cs.c.slotMaps.Add(1)
+		}
+		done <- err // buffered: a reply no longer awaited is dropped
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			cmd.SetErr(err)
+			return err
+		}
+		cs.sawSlotMap(m, own.Val())
+		if cs.serveTo(m, cmd) {
+			return nil // an SMIGRATED came while the reply was on its way
+		}
+		cmd.SetVal(own.Val())
+		return nil
+	case <-sig:
+		if cs.serveTo(m, cmd) {
+			return nil
+		}
+		err := <-done
+		if err != nil {
+			cmd.SetErr(err)
+			return err
+		}
+		cs.sawSlotMap(m, own.Val())
+		cmd.SetVal(own.Val())
+		return nil
 	}
-	cs.sawSlotMap(m, cmd.Val())
-	if s := cs.serve.Load(); s != nil && s.until > monoNow() {
-		// An SMIGRATED came while this reply was in flight: go-redis folds
-		// the reload maint asked for into this one
-		// (TestContractClusterLazyReload), so this one gets the moves.
-		cmd.SetVal(s.sm.slots())
-		cs.c.served.Add(1)
-		cs.hand(m, s.sm, nil)
+}
+
+// serveTo answers cmd with the map maint serves, if it serves one now.
+func (cs *clusterState) serveTo(m *Maint, cmd *redis.ClusterSlotsCmd) bool {
+	s := cs.serve.Load()
+	if s == nil || s.until <= monoNow() {
+		return false
 	}
-	return nil
+	cmd.SetErr(nil)
+	cmd.SetVal(s.sm.slots())
+	cs.c.served.Add(1)
+	cs.hand(m, s.sm, nil)
+	return true
+}
+
+// startServing serves s, and answers the CLUSTER SLOTS waiting for their
+// replies.
+func (cs *clusterState) startServing(s *serving) {
+	cs.serve.Store(s)
+	fresh := make(chan struct{})
+	if old := cs.served.Swap(&fresh); old != nil {
+		close(*old)
+	}
+}
+
+// servedSignal is closed when maint next starts serving a map.
+func (cs *clusterState) servedSignal() <-chan struct{} {
+	for {
+		if p := cs.served.Load(); p != nil {
+			return *p
+		}
+		fresh := make(chan struct{})
+		cs.served.CompareAndSwap(nil, &fresh)
+	}
 }
 
 // sawSlotMap keeps a CLUSTER SLOTS reply read from the cluster through m's
@@ -485,7 +545,6 @@ func (cs *clusterState) clusterSlots(ctx context.Context, m *Maint, cmd *redis.C
 // its map, the reply was asked before the SMIGRATED came: the moves are
 // done on it again.
 func (cs *clusterState) sawSlotMap(m *Maint, slots []redis.ClusterSlot) {
-	cs.c.slotMaps.Add(1)
 	cs.mu.Lock()
 	origin := ""
 	for _, mb := range cs.members {
@@ -547,7 +606,7 @@ func (cs *clusterState) hand(m *Maint, sm *slotMap, read []redis.ClusterSlot) {
 	for _, mb := range emptied {
 		mb.m.retireEmptied(0, "no longer in the slot map", mb.rdb, maps)
 	}
-	view := SlotMapView{sm: sm}
+	view := slotMapView{sm: sm}
 	for _, w := range ws {
 		w.fn(view)
 	}
@@ -599,13 +658,13 @@ func (cs *clusterState) checkMovedCmds(m *Maint, cmds []redis.Cmder) {
 	}
 }
 
-// SlotMapView is a slot map handed to go-redis's ClusterClient (read from
+// slotMapView is a slot map handed to go-redis's ClusterClient (read from
 // the cluster or served by maint), as go-redis names its nodes.
-type SlotMapView struct{ sm *slotMap }
+type slotMapView struct{ sm *slotMap }
 
-// Master returns the address go-redis names slot's master by, "" when the
+// master returns the address go-redis names slot's master by, "" when the
 // map assigns the slot to no node.
-func (v SlotMapView) Master(slot int) string {
+func (v slotMapView) master(slot int) string {
 	if v.sm == nil || slot < 0 || slot >= numSlots {
 		return ""
 	}
@@ -620,7 +679,7 @@ func (v SlotMapView) Master(slot int) string {
 // on the goroutine that handed it, just before go-redis installs it (fn
 // must not block; a command go-redis routes after fn returned may still
 // use the map before). The returned func stops the watch.
-func (cs *clusterState) watchSlotMaps(fn func(SlotMapView)) (stop func()) {
+func (cs *clusterState) watchSlotMaps(fn func(slotMapView)) (stop func()) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	cs.watchID++
@@ -640,10 +699,10 @@ func (cs *clusterState) watchSlotMaps(fn func(SlotMapView)) (stop func()) {
 
 // slotMapNow is the slot map go-redis was last handed (zero view before
 // any).
-func (cs *clusterState) slotMapNow() SlotMapView {
+func (cs *clusterState) slotMapNow() slotMapView {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	return SlotMapView{sm: cs.handed}
+	return slotMapView{sm: cs.handed}
 }
 
 // relaxReplicas opens (end false) or ends the SMIGRATING nt on the node
