@@ -86,3 +86,53 @@ func TestClusterNodeLeavesAndReturns(t *testing.T) {
 		assert.Zero(t, st.Contradicted)
 	})
 }
+
+// A ClusterClient instrumented after it loaded its slot map: Instrument
+// asks go-redis to reload at once, through the node clients maint now
+// watches, so the first SMIGRATED is answered from maint's map with no
+// CLUSTER SLOTS round trip.
+func TestClusterInstrumentedAfterUseServesFirstSMigrated(t *testing.T) {
+	emu, err := mainttest.New(mainttest.Config{Logf: t.Logf})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = emu.Close() })
+	cl, err := emu.NewCluster(mainttest.ClusterConfig{})
+	require.NoError(t, err)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Dialer: emu.Dialer(), Protocol: 3, PoolSize: 16})
+	t.Cleanup(func() { _ = cc.Close() })
+	// Used before maint: its slot map is loaded (maint watches only the
+	// connections dialled after Instrument).
+	require.NoError(t, cc.Ping(context.Background()).Err())
+	nodes := cl.Nodes()
+	g, err := maint.Instrument(cc, maint.WithLogf(t.Logf))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = g.Close() })
+	waitFor(t, "the reload Instrument asks for", 20*time.Second, func() bool {
+		return len(g.Maints()) > 0 && g.Maints()[0].ClusterStats().SlotMaps > 0
+	})
+	maps := func() (n int64) {
+		for _, ep := range nodes {
+			n += ep.Stats().Cluster.SlotMaps
+		}
+		return n
+	}
+	l := startClusterLoad(cc, 4)
+	waitFor(t, "load", 20*time.Second, func() bool { return nodes[0].Stats().Served > 200 })
+	before := maps()
+	_, err = cl.MigrateSlots(mainttest.SlotMigration{From: nodes[0], To: nodes[1], Slots: "0-5460", Duration: 100 * time.Millisecond})
+	require.NoError(t, err)
+	waitFor(t, "the SMIGRATED served", 20*time.Second, func() bool {
+		st := g.Maints()[0].ClusterStats()
+		return st.Served > 0 || st.Stale > 0
+	})
+	served := nodes[1].Stats().Served
+	waitFor(t, "load on the new owner", 20*time.Second, func() bool { return nodes[1].Stats().Served > served+300 })
+	l.stop()
+	l.check(t, emu)
+	st := g.Maints()[0].ClusterStats()
+	t.Logf("%+v", st)
+	assert.EqualValues(t, 1, st.SMigrated+st.Stale)
+	if st.SMigrated > 0 {
+		assert.Positive(t, st.Served, "the first SMIGRATED answered from maint's map: it knew the map from Instrument's reload")
+	}
+	assert.LessOrEqual(t, maps()-before, int64(1), "slot-map round trips for the SMIGRATED")
+}

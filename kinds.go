@@ -207,10 +207,9 @@ func (g *Group) NewClusterClient(opt *redis.ClusterOptions) *redis.ClusterClient
 	return cc
 }
 
-// bindCluster lets the cluster's node Maints reload cc's slot map; it
-// reports whether cc was not bound yet.
-func bindCluster(cs *clusterState, cc *redis.ClusterClient) bool {
-	return cs.bind(cc, func() { cc.ReloadState(context.Background()) }) // lazy: go-redis reloads on its own goroutine
+// bindCluster lets the cluster's node Maints reload cc's slot map.
+func bindCluster(cs *clusterState, cc *redis.ClusterClient) {
+	cs.bind(cc, func() { cc.ReloadState(context.Background()) }) // lazy: go-redis reloads on its own goroutine
 }
 
 // ConfigureRing prepares RingOptions for a new *redis.Ring: every shard
