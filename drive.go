@@ -51,7 +51,7 @@ func (c *conn) onNotification(frame []byte) {
 	if cs := m.s.cluster; cs != nil && nt.Kind == resp.KindSMigrated {
 		// The slot map to serve first, then the event: once an observer
 		// learns that maint read the SMIGRATED, go-redis's reload is asked
-		// and answered from maint's map (guarantee C3).
+		// and answered from maint's map (guarantee C2).
 		cs.onSMigrated(m, c, nt)
 		m.emit(ev)
 		m.relaxEnd(c.n, nt)
