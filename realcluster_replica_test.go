@@ -2,6 +2,7 @@ package maint_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strconv"
 	"strings"
@@ -20,7 +21,8 @@ import (
 
 // Issue 14 item 7 on the real cluster tier: reads routed to replicas
 // (ReadOnly with RouteRandomly) of slots moving under them fail nothing,
-// with maint as without. It needs a replica of MAINT_TEST_CLUSTER's first
+// with maint as without (a replica's nil for a key its master just
+// migrated is Redis's answer, counted apart). It needs a replica of MAINT_TEST_CLUSTER's first
 // node (redis-cli --cluster add-node NEW FIRST --cluster-slave); skipped
 // otherwise.
 func TestRealClusterReplicaReads(t *testing.T) {
@@ -89,7 +91,7 @@ func TestRealClusterReplicaReads(t *testing.T) {
 				}})
 			}
 		})
-		var okN, failN atomic.Uint64
+		var okN, failN, nilN atomic.Uint64
 		var mu sync.Mutex
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
@@ -105,6 +107,14 @@ func TestRealClusterReplicaReads(t *testing.T) {
 					}
 					k := keys[i%len(keys)]
 					v, err := cc.Get(ctx, k).Result()
+					if errors.Is(err, redis.Nil) {
+						// Redis's own answer: the replica serves its
+						// master's view, whose MIGRATE deleted the key
+						// before the slot changed hands (no ASK from a
+						// replica). With or without maint.
+						nilN.Add(1)
+						continue
+					}
 					if err != nil || v != "v-"+k {
 						failN.Add(1)
 						mu.Lock()
@@ -133,7 +143,8 @@ func TestRealClusterReplicaReads(t *testing.T) {
 		rcWait(t, name+": reads after", 30*time.Second, func() bool { return okN.Load() > before+1000 })
 		close(stop)
 		wg.Wait()
-		t.Logf("%s: reads ok %d, failed %d (%d served by the replica %s); errors %v", name, okN.Load(), failN.Load(), replicaReads.Load(), replica, errs)
+		t.Logf("%s: reads ok %d, failed %d, nil from a migrating slot %d (%d served by the replica %s); errors %v",
+			name, okN.Load(), failN.Load(), nilN.Load(), replicaReads.Load(), replica, errs)
 		return okN.Load(), failN.Load(), replicaReads.Load(), errs
 	}
 	_, plainFailed, plainReplica, _ := run("no handler", func(opt *redis.ClusterOptions) (*redis.ClusterClient, *maint.Group) {
@@ -146,9 +157,7 @@ func TestRealClusterReplicaReads(t *testing.T) {
 	assert.Positive(t, plainReplica, "no read reached the replica: the test proves nothing")
 	assert.Positive(t, fromReplica, "with maint, no read reached the replica (READONLY lost?)")
 	assert.LessOrEqual(t, failed, plainFailed, "maint failed more replica reads than go-redis alone: %v", errs)
-	if plainFailed == 0 {
-		assert.Zero(t, failed, "replica reads failed: %v", errs)
-	}
+	assert.Zero(t, failed, "replica reads failed with maint: %v", errs)
 }
 
 func errString(err error) string {
