@@ -21,6 +21,11 @@ import (
 // node; it is reset after the run) while the load goes on; with no handler
 // and with maint (both routes), MaxRetries at its default: no command
 // failed with maint that did not without, no write run twice.
+//
+// Run it on a cluster of its own, or last: after it (the spare met,
+// given slots, forgotten, reset) TestRealClusterReshard on the same
+// cluster lost a few acknowledged INCRs with no handler too, and lost
+// none on a cluster created fresh. Not yet explained; not in CI.
 func TestRealClusterNodeAddedAndRemoved(t *testing.T) {
 	env, spare := os.Getenv("MAINT_TEST_CLUSTER"), os.Getenv("MAINT_TEST_CLUSTER_SPARE")
 	if env == "" || spare == "" {
