@@ -18,51 +18,80 @@ import (
 // cluster's maintenance (SMIGRATING, SMIGRATED) concerns the slot map, which
 // belongs to the ClusterClient, not to any one node client.
 //
-// An SMIGRATED arrives on many connections of possibly several nodes, each
-// node client with its own Maint: the state acts on the first copy of each
-// sequence id and ignores the others, and ignores a replay (servers replay
-// the latest completion to new connections) that the slot map maint last
-// saw already shows. Acting on one means:
+// maint does not route: go-redis's ClusterClient decides where every
+// command, pipeline and transaction goes, follows MOVED and ASK, runs its
+// hooks and its retries. maint's part is to make go-redis's slot map right
+// at once when an SMIGRATED says slots moved, at no round trip:
 //
-//   - one reload of the ClusterClient's slot map (lazy, go-redis's own),
-//     asked reloadDelay later unless go-redis's own reload showed the moves
-//     first;
-//   - until that reload is seen (a CLUSTER SLOTS reply agreeing with the
-//     moves) and a little after, or a bound, the source's node client sends
-//     the commands of the moved slots straight to the destination's node
-//     client: no MOVED round trip through the source, and no further reload
-//     (a MOVED would make go-redis reload again);
+//   - every CLUSTER SLOTS reply go-redis reads through a node client is the
+//     slot map maint keeps (handed);
+//   - the first copy of an SMIGRATED (by sequence id) whose moves parse, name
+//     nodes that map knows and agree with it (each slot is the source's or
+//     already the destination's) makes a new map, the moves done; maint asks
+//     go-redis to reload (ReloadState) and, for serveFor, answers the
+//     CLUSTER SLOTS of go-redis's reloads with that map instead of asking a
+//     node: the reload costs no round trip, as Jedis and node-redis update
+//     their maps in place;
+//   - the cluster's word wins: a MOVED that disagrees with the map served
+//     ends the serving (go-redis follows it, and its own reload then asks
+//     the cluster), and an SMIGRATED maint cannot apply (a node the map does
+//     not know, a slot the map gives to another node) asks go-redis for a
+//     reload from the cluster instead;
 //   - a source left with no slot has its connections retired, as after a
-//     MOVING, once the reload is seen and its pools are quiet: idle ones
-//     closed then, busy ones when their reply is in.
+//     MOVING, once go-redis has the new map and its pools are quiet.
 //
-// docs/design.md ("Cluster") says why each step is so.
+// docs/design.md ("Cluster: one router") says why.
 type clusterState struct {
 	// seedsOptIn: Config.OptIn accepted a seed address, so every node
 	// client opts in (optin.go). Set before the first node client.
 	seedsOptIn bool
 
 	mu sync.Mutex // guards the following
-	// reload marks the ClusterClient's slot map for reload; nil until the
-	// ClusterClient is known (bind).
-	reload  func()
+	// reloads are the ReloadState of the ClusterClients bound (a Group may
+	// build several on the same options), at most maxBound, by client.
+	reloads []boundReload
 	members []*clusterMember
-	seen    map[int64]mono // SMIGRATED sequence ids handled, until they expire
-	// owner is the slot map last seen (CLUSTER SLOTS replies read through
-	// the node clients, and the moves of the SMIGRATEDs acted on since):
-	// for each slot, 1 + an index in owners, 0 when unknown. nil until a
-	// slot map is seen.
-	owner  []uint16
-	owners []string
+	seen    map[int64]mono // SMIGRATED sequence ids acted on, until they expire
+	// handed is the slot map last handed to go-redis through a node client
+	// (read from the cluster, or served); nil until one is.
+	handed   *slotMap
+	watchers []slotMapWatch
+	watchID  int
 
-	// moved is every slot moved recently, for transactions, which only the
-	// ClusterClient's own hook can send elsewhere (see clusterHook); nil
-	// when none: the hook's whole cost.
-	moved atomic.Pointer[movedSlots]
-	// pending are the reloads SMIGRATEDs asked for, not yet done. Guarded by mu.
-	pending []*pendingReload
+	// serve is non-nil while go-redis's reloads are answered from maint's
+	// map: the node clients' hooks load it for each CLUSTER SLOTS and on
+	// each MOVED.
+	serve atomic.Pointer[serving]
+	// served is closed (and replaced) each time maint starts serving a
+	// map: a CLUSTER SLOTS waiting for its reply is answered at once.
+	served atomic.Pointer[chan struct{}]
+	// maps counts the slot maps handed to go-redis (read or served).
+	maps atomic.Uint64
 
 	c clusterCounters
+}
+
+// boundReload is one bound ClusterClient's reload.
+type boundReload struct {
+	key    any
+	reload func()
+}
+
+// serving is the slot map maint answers go-redis's reloads with, after an
+// SMIGRATED.
+type serving struct {
+	sm *slotMap
+	// moves are the SMIGRATEDs' moves sm has over the last map read from
+	// the cluster: a CLUSTER SLOTS reply in flight when an SMIGRATED came
+	// (its request sent before) gets them done again.
+	moves []slotMove
+	until mono
+}
+
+// slotMapWatch is one watcher of the slot maps handed to go-redis.
+type slotMapWatch struct {
+	id int
+	fn func(slotMapView)
 }
 
 // clusterMember is one node client of the cluster.
@@ -76,21 +105,8 @@ type clusterMember struct {
 	goneAt mono
 }
 
-// movedSlots are slots moved recently, and where to.
-type movedSlots struct {
-	idx   [numSlots]uint8 // 0: not moved; else 1 + an index in to
-	to    []*dest
-	moves []slotMove   // what a slot map must show to count as the reload
-	until atomic.Int64 // mono: past it the overlay is gone
-}
-
-// dest is where moved slots went.
-type dest struct {
-	addr string
-	mb   atomic.Pointer[clusterMember] // resolved when the node client is known
-}
-
-// slotMove is one SMIGRATED triplet, parsed, with canonical addresses.
+// slotMove is one SMIGRATED triplet, parsed; src and dst are addresses as
+// the triplet gives them until resolveLocked makes them the cluster's.
 type slotMove struct {
 	src, dst string
 	r        []slotRange
@@ -98,13 +114,15 @@ type slotMove struct {
 
 // Bounds of the cluster state.
 const (
-	// movedFor bounds how long commands of moved slots are sent straight
-	// to the destination when the reload is not seen.
-	movedFor = 10 * time.Second
-	// movedAfterReload is how long they still are once the reload is
-	// seen: commands routed by the old slot map just before go-redis swaps
-	// in the new one.
-	movedAfterReload = time.Second
+	// serveFor is how long, after an SMIGRATED, go-redis's reloads are
+	// answered from maint's map: go-redis's own reload (lazy, then a 200ms
+	// cooldown, one more if asked meanwhile: TestContractClusterLazyReload)
+	// and the one a command that raced it asks on its MOVED.
+	serveFor = time.Second
+	// maxServedMoves bounds the moves kept to do again on a map in flight.
+	maxServedMoves = 256
+	// maxBound bounds the ClusterClients whose reloads are kept.
+	maxBound = 8
 	// seenSMigrated is how long an SMIGRATED sequence id is remembered.
 	seenSMigrated = 10 * time.Minute
 	// maxSeenSMigrated bounds the sequence ids remembered.
@@ -118,7 +136,7 @@ const (
 )
 
 type clusterCounters struct {
-	smigrated, copies, stale, malformed, reloads, reloadsSeen, slotMaps, forwarded, redirected, emptied, emptiedClosed atomic.Uint64
+	smigrated, copies, stale, malformed, unapplied, reloads, served, slotMaps, contradicted, emptied, emptiedClosed atomic.Uint64
 }
 
 // ClusterStats are the counters of a cluster's maint, shared by the Maints
@@ -126,17 +144,21 @@ type clusterCounters struct {
 type ClusterStats struct {
 	SMigrated uint64 // SMIGRATED notifications acted on (one per sequence id)
 	Copies    uint64 // copies of an SMIGRATED already acted on, ignored
-	Stale     uint64 // SMIGRATED replays the slot map already showed, ignored
-	Malformed uint64 // SMIGRATED notifications whose moves could not be read
+	Stale     uint64 // SMIGRATEDs the slot map already showed (replays), ignored
+	Malformed uint64 // SMIGRATED notifications whose moves could not be read, ignored
+	// Unapplied counts the SMIGRATEDs maint could not apply to the slot map
+	// it keeps (a node the map does not know, a slot the map gives another
+	// node): go-redis was asked to reload from the cluster instead.
+	Unapplied uint64
 	Reloads   uint64 // slot-map reloads maint asked the ClusterClient for
-	// ReloadsSeen counts the SMIGRATEDs whose reload maint did not ask for:
-	// go-redis's own, on a MOVED, already showed the moves (Stale ones
-	// included).
-	ReloadsSeen uint64
-	SlotMaps    uint64 // CLUSTER SLOTS replies read through the node clients
-	Forwarded   uint64 // commands, pipelines and transactions sent straight to a moved slot's destination
-	Redirected  uint64 // commands answered with a MOVED of maint's own (destination's node client not known yet)
-	Emptied     uint64 // sources left with no slot, whose connections were retired
+	// Served counts go-redis's reloads answered from maint's map after an
+	// SMIGRATED: no CLUSTER SLOTS round trip.
+	Served   uint64
+	SlotMaps uint64 // CLUSTER SLOTS replies read from the cluster through the node clients
+	// Contradicted counts the MOVED replies that disagreed with the map
+	// maint served, which ended its serving: the cluster's map wins.
+	Contradicted uint64
+	Emptied      uint64 // sources left with no slot, whose connections were retired
 	// EmptiedClosed counts the connections of emptied sources maint closed
 	// (none owed a reply).
 	EmptiedClosed uint64
@@ -152,31 +174,58 @@ func (m *Maint) ClusterStats() ClusterStats {
 	c := &cs.c
 	return ClusterStats{
 		SMigrated: c.smigrated.Load(), Copies: c.copies.Load(), Stale: c.stale.Load(),
-		Malformed: c.malformed.Load(), Reloads: c.reloads.Load(), ReloadsSeen: c.reloadsSeen.Load(), SlotMaps: c.slotMaps.Load(),
-		Forwarded: c.forwarded.Load(), Redirected: c.redirected.Load(),
+		Malformed: c.malformed.Load(), Unapplied: c.unapplied.Load(), Reloads: c.reloads.Load(),
+		Served: c.served.Load(), SlotMaps: c.slotMaps.Load(), Contradicted: c.contradicted.Load(),
 		Emptied: c.emptied.Load(), EmptiedClosed: c.emptiedClosed.Load(),
 	}
 }
 
 // newClusterState returns the state of one cluster; reload may be nil.
 func newClusterState(reload func()) *clusterState {
-	return &clusterState{reload: reload, seen: make(map[int64]mono)}
+	cs := &clusterState{seen: make(map[int64]mono)}
+	if reload != nil {
+		cs.bind(reload, reload)
+	}
+	return cs
 }
 
-// bind sets the reload of the ClusterClient's slot map, unless one is set;
-// it reports whether it set it.
-func (cs *clusterState) bind(reload func()) bool {
+// bind adds the reload of a ClusterClient (key: the client) whose node
+// clients share the state, unless it is bound already; it reports whether
+// it added it. Past maxBound the oldest is forgotten (a closed client's
+// reload is a no-op anyway).
+func (cs *clusterState) bind(key any, reload func()) bool {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	if cs.reload != nil {
-		return false
+	for _, b := range cs.reloads {
+		if b.key == key {
+			return false
+		}
 	}
-	cs.reload = reload
+	if len(cs.reloads) >= maxBound {
+		cs.reloads = append(cs.reloads[:0:0], cs.reloads[1:]...)
+	}
+	cs.reloads = append(cs.reloads, boundReload{key: key, reload: reload})
 	return true
 }
 
-// join records a node client of the cluster and its Maint, so that
-// commands of slots moved to it can be sent to it directly.
+// askReload asks every bound ClusterClient to reload its slot map (lazy:
+// go-redis reloads on a goroutine of its own).
+func (cs *clusterState) askReload() {
+	cs.mu.Lock()
+	rs := make([]func(), 0, len(cs.reloads))
+	for _, b := range cs.reloads {
+		rs = append(rs, b.reload)
+	}
+	cs.mu.Unlock()
+	for _, r := range rs {
+		cs.c.reloads.Add(1)
+		r()
+	}
+}
+
+// join records a node client of the cluster and its Maint: what maps the
+// addresses of SMIGRATEDs and slot maps to Maints (a source left with no
+// slot, a master's replicas).
 func (cs *clusterState) join(rdb *redis.Client, m *Maint) {
 	addr := rdb.Options().Addr
 	cs.mu.Lock()
@@ -236,14 +285,6 @@ func (cs *clusterState) findLocked(addr string) *clusterMember {
 	return nil
 }
 
-// canonLocked is the address a member is known by, or addr itself.
-func (cs *clusterState) canonLocked(addr string) string {
-	if mb := cs.findLocked(addr); mb != nil {
-		return mb.addr
-	}
-	return addr
-}
-
 // reached reports whether m's node client dialled addr or reached it.
 func (m *Maint) reached(addr string) bool {
 	m.mu.Lock()
@@ -256,6 +297,7 @@ func (m *Maint) reached(addr string) bool {
 // and does not block.
 func (cs *clusterState) onSMigrated(m *Maint, c *conn, nt resp.Notification) {
 	now := monoNow()
+	moves, bad := parseMoves(nt.Moves)
 	cs.mu.Lock()
 	if _, ok := cs.seen[nt.Seq]; ok {
 		cs.mu.Unlock()
@@ -263,140 +305,441 @@ func (cs *clusterState) onSMigrated(m *Maint, c *conn, nt resp.Notification) {
 		m.c.replayed.Add(1)
 		return
 	}
-	cs.rememberLocked(nt.Seq, now)
-	moves, err := cs.parseMovesLocked(nt.Moves)
-	if err != nil || len(moves) == 0 {
+	if bad != "" {
+		// Not remembered: a good copy of the same sequence id still counts.
 		cs.mu.Unlock()
 		cs.c.malformed.Add(1)
-		what := "SMIGRATED with no move"
-		if err != nil {
-			what = fmt.Sprintf("SMIGRATED moves: %v", err)
-		}
-		m.badInput(c, nt.Seq, what)
+		m.badInput(c, nt.Seq, "SMIGRATED ignored: "+bad)
 		return
 	}
-	if cs.owner != nil && cs.showsLocked(moves) {
-		// The slot map maint last saw already has these moves: a replay,
-		// or go-redis reloaded on a MOVED before the SMIGRATED came.
+	cs.rememberLocked(nt.Seq, now)
+	base := cs.currentLocked(now)
+	if base == nil {
+		// No slot map seen yet: go-redis's own reload reads one.
+		cs.mu.Unlock()
+		cs.c.smigrated.Add(1)
+		cs.askReload()
+		return
+	}
+	resolved, why := cs.resolveLocked(base, moves)
+	if why != "" {
+		// Whatever maint served is not the cluster's map any more.
+		cs.serve.Store(nil)
+		cs.mu.Unlock()
+		cs.c.unapplied.Add(1)
+		m.logf("maint: SMIGRATED %d not applied to the slot map (%s): go-redis reloads it from the cluster", nt.Seq, why)
+		cs.askReload()
+		return
+	}
+	if base.shows(resolved) {
+		// A replay, or go-redis reloaded on a MOVED before it came: the
+		// reloads more such MOVEDs bring (one more after go-redis's
+		// cooldown) are answered with that map, which has the moves.
+		if s := cs.serve.Load(); s == nil || s.until <= now {
+			cs.startServing(&serving{sm: base, until: now + int64(serveFor)})
+		}
 		cs.mu.Unlock()
 		cs.c.stale.Add(1)
-		cs.c.reloadsSeen.Add(1)
 		m.c.replayed.Add(1)
 		return
 	}
+	sm := base.moved(resolved)
+	var prev []slotMove
+	if s := cs.serve.Load(); s != nil && s.until > now {
+		prev = s.moves
+	}
+	all := append(append(make([]slotMove, 0, len(prev)+len(resolved)), prev...), resolved...)
+	if len(all) > maxServedMoves {
+		all = all[len(all)-maxServedMoves:]
+	}
+	cs.startServing(&serving{sm: sm, moves: all, until: now + int64(serveFor)})
+	before, after := base.masters(), sm.masters()
 	var emptied []*clusterMember
-	maps := cs.c.slotMaps.Load()
-	if cs.owner != nil {
-		before := cs.ownersLocked()
-		cs.applyLocked(moves)
-		after := cs.ownersLocked()
-		for _, mv := range moves {
-			if before[mv.src] && !after[mv.src] {
-				if mb := cs.findLocked(mv.src); mb != nil && !contains(emptied, mb) {
-					emptied = append(emptied, mb)
-				}
+	for _, mv := range resolved {
+		if before[mv.src] && !after[mv.src] {
+			if mb := cs.findLocked(goRedisAddr(mv.src, base.origin)); mb != nil && !contains(emptied, mb) {
+				emptied = append(emptied, mb)
 			}
 		}
 	}
-	until := now + int64(movedFor)
-	cs.moved.Store(merge(cs.moved.Load(), moves, "", until, now))
-	for _, mb := range cs.members {
-		src, dst := false, false
-		for _, mv := range moves {
-			src = src || mv.src == mb.addr
-			dst = dst || mv.dst == mb.addr
-		}
-		switch prev := mb.m.away.Load(); {
-		case src:
-			mb.m.away.Store(merge(prev, moves, mb.addr, until, now))
-			mb.m.migrating.Store(nil) // the overlay knows where they went
-		case dst && prev != nil:
-			// Slots moving back to a node that gave them away recently are
-			// its own again: never sent on from there.
-			mb.m.away.Store(merge(prev, moves, mb.addr, prev.until.Load(), now))
-		}
-	}
-	cs.resolveLocked(cs.moved.Load())
-	for _, mb := range cs.members {
-		if a := mb.m.away.Load(); a != nil {
-			cs.resolveLocked(a)
-		}
-	}
-	// A destination with no node client yet (a node new to the client)
-	// gets one from go-redis's reload: no point waiting for it.
-	delay := reloadDelay
-	for _, mv := range moves {
-		if mb := cs.findLocked(mv.dst); mb == nil || mb.rdb == nil {
-			delay = 0
-		}
-	}
-	// Pending before the lock is let go: a slot map seen from now on counts.
-	var p *pendingReload
-	if cs.reload != nil {
-		p = &pendingReload{moves: moves}
-		cs.pending = append(cs.pending, p)
-	}
+	maps := cs.maps.Load()
 	cs.mu.Unlock()
 
 	cs.c.smigrated.Add(1)
-	if p != nil && !m.goBackground(func() { cs.reloadLater(m, p, delay) }) {
-		cs.dropPending(p)
-	}
-	m.logf("maint: SMIGRATED %d acted on: %s; slot map reload in %v unless go-redis reloads first",
-		nt.Seq, describeMoves(moves), delay)
+	cs.askReload()
+	m.logf("maint: SMIGRATED %d acted on: %s; go-redis reloads its slot map from maint's, at no round trip",
+		nt.Seq, describeMoves(resolved))
 	for _, mb := range emptied {
 		mb.m.retireEmptied(nt.Seq, "SMIGRATED left it with no slot", mb.rdb, maps)
 	}
 }
 
-// pendingReload is the slot-map reload an SMIGRATED asked for, until it is
-// done: by maint, or by go-redis itself (a MOVED met by a pipeline or a
-// transaction written before the SMIGRATED was read).
-type pendingReload struct {
-	moves []slotMove
-	seen  atomic.Bool // a slot map showing the moves was seen
+// parseMoves reads SMIGRATED triplets; bad says why they cannot be read
+// (then none is used): a source or destination that is no host:port, a
+// slot list that does not parse (a slot over 16383, an inverted range), no
+// triplet or no slot at all.
+func parseMoves(in []resp.SlotMove) (moves []slotMove, bad string) {
+	if len(in) == 0 {
+		return nil, "no move"
+	}
+	out := make([]slotMove, 0, len(in))
+	for _, mv := range in {
+		if !validAddr(mv.Src) || !validAddr(mv.Dst) {
+			return nil, fmt.Sprintf("bad address in %q -> %q", clip(mv.Src), clip(mv.Dst))
+		}
+		r, err := parseSlots(mv.Slots)
+		if err != nil {
+			return nil, fmt.Sprintf("%v: %q", err, clip(mv.Slots))
+		}
+		if len(r) == 0 {
+			return nil, fmt.Sprintf("no slot in %q", clip(mv.Slots))
+		}
+		out = append(out, slotMove{src: mv.Src, dst: mv.Dst, r: r})
+	}
+	return out, ""
 }
 
-// reloadDelay is how long maint waits before asking for the reload an
-// SMIGRATED calls for: commands of the moved slots go straight to their
-// destination meanwhile, and the MOVEDs of the pipelines and transactions
-// written before the SMIGRATED was read come back within it. go-redis
-// reloads on those itself; a reload asked just after its own completes
-// would be a second one.
-const reloadDelay = 100 * time.Millisecond
+// clip bounds what a log line quotes of network input.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
 
-// reloadLater asks for p's reload after delay (reloadDelay, or 0 when a
-// destination has no node client yet), unless a slot map showing its moves
-// was seen by then. It runs on one of m's goroutines.
-func (cs *clusterState) reloadLater(m *Maint, p *pendingReload, delay time.Duration) {
-	defer cs.dropPending(p)
-	if delay > 0 {
-		t := time.NewTimer(delay)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-m.ctx.Done():
-			return
+// currentLocked is the slot map go-redis routes by, as far as maint knows:
+// the one it serves, else the last one handed.
+func (cs *clusterState) currentLocked(now mono) *slotMap {
+	if s := cs.serve.Load(); s != nil && s.until > now {
+		return s.sm
+	}
+	return cs.handed
+}
+
+// resolveLocked gives moves the cluster's names of their nodes, as sm
+// knows them; why says, when it cannot, what sm does not agree with: a
+// destination it does not name, a slot it gives a node that is neither the
+// source nor the destination.
+func (cs *clusterState) resolveLocked(sm *slotMap, moves []slotMove) ([]slotMove, string) {
+	out := make([]slotMove, 0, len(moves))
+	for _, mv := range moves {
+		dst := cs.clusterNameLocked(sm, mv.dst)
+		if dst == "" {
+			return nil, fmt.Sprintf("destination %s is no node of the slot map", clip(mv.dst))
+		}
+		src := cs.clusterNameLocked(sm, mv.src)
+		for _, r := range mv.r {
+			for s := r.lo; s <= r.hi; s++ {
+				if o := sm.master(s); o != dst && (src == "" || o != src) {
+					return nil, fmt.Sprintf("slot %d is %q's in the slot map, not the source %s's", s, o, clip(mv.src))
+				}
+			}
+		}
+		if src == "" {
+			src = mv.src
+		}
+		out = append(out, slotMove{src: src, dst: dst, r: mv.r})
+	}
+	return out, ""
+}
+
+// clusterNameLocked returns the address sm names the node at addr by (addr
+// itself, the address go-redis names it by, or one a node client of it
+// reached), "" when sm does not name it.
+func (cs *clusterState) clusterNameLocked(sm *slotMap, addr string) string {
+	if n, ok := sm.node(addr); ok {
+		return n.Addr
+	}
+	for _, mb := range cs.members {
+		if mb.m.reached(addr) {
+			if n, ok := sm.node(mb.addr); ok {
+				return n.Addr
+			}
 		}
 	}
-	if p.seen.Load() {
-		cs.c.reloadsSeen.Add(1)
+	return ""
+}
+
+// clusterSlots runs a CLUSTER SLOTS a node client is sent (go-redis's
+// reload, mostly): while maint serves its map, the reply is that map, with
+// no round trip; otherwise the cluster's reply, which maint keeps. A
+// request still waiting for its reply when an SMIGRATED starts the serving
+// (go-redis reloading on a MOVED, its request queued behind a busy
+// source's pool) is answered with the served map at once: go-redis folds
+// the reload maint asks for into the one running
+// (TestContractClusterLazyReload). The cluster's reply, when it comes, is
+// still kept.
+func (cs *clusterState) clusterSlots(ctx context.Context, m *Maint, cmd *redis.ClusterSlotsCmd, next redis.ProcessHook) error {
+	if cs.serveTo(m, cmd) {
+		return nil
+	}
+	sig := cs.servedSignal()
+	own := redis.NewClusterSlotsCmd(ctx, "cluster", "slots")
+	done := make(chan error, 1)
+	go func() { // ends with next: bounded by go-redis's timeouts
+		err := next(ctx, own)
+		if err == nil {
+			cs.c.slotMaps.Add(1)
+		}
+		done <- err // buffered: a reply no longer awaited is dropped
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			cmd.SetErr(err)
+			return err
+		}
+		cs.sawSlotMap(m, own.Val())
+		if cs.serveTo(m, cmd) {
+			return nil // an SMIGRATED came while the reply was on its way
+		}
+		cmd.SetVal(own.Val())
+		return nil
+	case <-sig:
+		if cs.serveTo(m, cmd) {
+			return nil
+		}
+		err := <-done
+		if err != nil {
+			cmd.SetErr(err)
+			return err
+		}
+		cs.sawSlotMap(m, own.Val())
+		cmd.SetVal(own.Val())
+		return nil
+	}
+}
+
+// serveTo answers cmd with the map maint serves, if it serves one now.
+func (cs *clusterState) serveTo(m *Maint, cmd *redis.ClusterSlotsCmd) bool {
+	s := cs.serve.Load()
+	if s == nil || s.until <= monoNow() {
+		return false
+	}
+	cmd.SetErr(nil)
+	cmd.SetVal(s.sm.slots())
+	cs.c.served.Add(1)
+	cs.hand(m, s.sm, nil)
+	return true
+}
+
+// startServing serves s, and answers the CLUSTER SLOTS waiting for their
+// replies.
+func (cs *clusterState) startServing(s *serving) {
+	cs.serve.Store(s)
+	fresh := make(chan struct{})
+	if old := cs.served.Swap(&fresh); old != nil {
+		close(*old)
+	}
+}
+
+// servedSignal is closed when maint next starts serving a map.
+func (cs *clusterState) servedSignal() <-chan struct{} {
+	for {
+		if p := cs.served.Load(); p != nil {
+			return *p
+		}
+		fresh := make(chan struct{})
+		cs.served.CompareAndSwap(nil, &fresh)
+	}
+}
+
+// sawSlotMap keeps a CLUSTER SLOTS reply read from the cluster through m's
+// node client: the slot map go-redis is about to use. While maint serves
+// its map, the reply was asked before the SMIGRATED came: the moves are
+// done on it again.
+func (cs *clusterState) sawSlotMap(m *Maint, slots []redis.ClusterSlot) {
+	cs.mu.Lock()
+	origin := ""
+	for _, mb := range cs.members {
+		if mb.m == m {
+			origin = mb.addr
+		}
+	}
+	cs.mu.Unlock()
+	sm := newSlotMap(slots, origin)
+	if sm == nil {
+		return
+	}
+	cs.hand(m, sm, slots)
+}
+
+// hand records sm as the slot map go-redis was handed through m's node
+// client (read from the cluster: read is the reply), and tells the
+// watchers.
+func (cs *clusterState) hand(m *Maint, sm *slotMap, read []redis.ClusterSlot) {
+	now := monoNow()
+	cs.mu.Lock()
+	if read == nil {
+		// Served: go-redis names its nodes relative to the node it asked.
+		cp := *sm
+		for _, mb := range cs.members {
+			if mb.m == m {
+				cp.origin = mb.addr
+			}
+		}
+		sm = &cp
+	}
+	before := cs.currentLocked(now) // the served map, if any: what go-redis was to have
+	cs.handed = sm
+	if s := cs.serve.Load(); s != nil && s.until > now && read != nil {
+		if moves, why := cs.resolveLocked(sm, s.moves); why == "" {
+			cs.serve.Store(&serving{sm: sm.moved(moves), moves: s.moves, until: s.until})
+		} else {
+			cs.serve.CompareAndSwap(s, nil)
+		}
+	}
+	cs.maps.Add(1)
+	maps := cs.maps.Load() - 1 // this map is the reload
+	var emptied []*clusterMember
+	if read != nil {
+		cs.markGoneLocked(sm, now)
+	}
+	after := sm.masters()
+	for _, mb := range cs.members {
+		n, ok := sm.node(mb.addr)
+		switch {
+		case ok && after[n.Addr]:
+			mb.m.emptied.Store(0) // it owns slots (again)
+		case read != nil && before != nil && cs.masteredLocked(before, mb.addr):
+			emptied = append(emptied, mb)
+		}
+	}
+	ws := append([]slotMapWatch(nil), cs.watchers...)
+	cs.mu.Unlock()
+	for _, mb := range emptied {
+		mb.m.retireEmptied(0, "no longer in the slot map", mb.rdb, maps)
+	}
+	view := slotMapView{sm: sm}
+	for _, w := range ws {
+		w.fn(view)
+	}
+}
+
+// masteredLocked reports whether sm has the node go-redis names addr as a
+// master of some slot.
+func (cs *clusterState) masteredLocked(sm *slotMap, addr string) bool {
+	n, ok := sm.node(addr)
+	return ok && sm.masters()[n.Addr]
+}
+
+// checkMoved ends the serving of s when a MOVED reply disagrees with its
+// map: the cluster's word wins, and go-redis's reload on that MOVED then
+// asks the cluster.
+func (cs *clusterState) checkMoved(m *Maint, s *serving, err error) {
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "MOVED ") {
+		return
+	}
+	f := strings.Fields(msg)
+	if len(f) != 3 {
+		return
+	}
+	slot, perr := strconv.Atoi(f[1])
+	if perr != nil || slot < 0 || slot >= numSlots {
 		return
 	}
 	cs.mu.Lock()
-	reload := cs.reload
+	agrees := cs.clusterNameLocked(s.sm, f[2]) == s.sm.master(slot)
 	cs.mu.Unlock()
-	cs.c.reloads.Add(1)
-	reload()
+	if agrees || !cs.serve.CompareAndSwap(s, nil) {
+		return
+	}
+	cs.c.contradicted.Add(1)
+	m.logf("maint: %s disagrees with the slot map maint served: go-redis reloads from the cluster", clip(msg))
 }
 
-func (cs *clusterState) dropPending(p *pendingReload) {
+// checkMovedCmds is checkMoved for the commands of a pipeline.
+func (cs *clusterState) checkMovedCmds(m *Maint, cmds []redis.Cmder) {
+	for _, c := range cmds {
+		s := cs.serve.Load()
+		if s == nil {
+			return
+		}
+		if err := c.Err(); err != nil {
+			cs.checkMoved(m, s, err)
+		}
+	}
+}
+
+// slotMapView is a slot map handed to go-redis's ClusterClient (read from
+// the cluster or served by maint), as go-redis names its nodes.
+type slotMapView struct{ sm *slotMap }
+
+// master returns the address go-redis names slot's master by, "" when the
+// map assigns the slot to no node.
+func (v slotMapView) master(slot int) string {
+	if v.sm == nil || slot < 0 || slot >= numSlots {
+		return ""
+	}
+	a := v.sm.master(slot)
+	if a == "" {
+		return ""
+	}
+	return goRedisAddr(a, v.sm.origin)
+}
+
+// watchSlotMaps calls fn with each slot map handed to go-redis from now on,
+// on the goroutine that handed it, just before go-redis installs it (fn
+// must not block; a command go-redis routes after fn returned may still
+// use the map before). The returned func stops the watch.
+func (cs *clusterState) watchSlotMaps(fn func(slotMapView)) (stop func()) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	for i, x := range cs.pending {
-		if x == p {
-			cs.pending = append(cs.pending[:i:i], cs.pending[i+1:]...)
-			return
+	cs.watchID++
+	id := cs.watchID
+	cs.watchers = append(cs.watchers, slotMapWatch{id: id, fn: fn})
+	return func() {
+		cs.mu.Lock()
+		defer cs.mu.Unlock()
+		for i, w := range cs.watchers {
+			if w.id == id {
+				cs.watchers = append(cs.watchers[:i:i], cs.watchers[i+1:]...)
+				return
+			}
+		}
+	}
+}
+
+// slotMapNow is the slot map go-redis was last handed (zero view before
+// any).
+func (cs *clusterState) slotMapNow() slotMapView {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return slotMapView{sm: cs.handed}
+}
+
+// relaxReplicas opens (end false) or ends the SMIGRATING nt on the node
+// clients of the replicas of m's node, which read traffic reaches with
+// ReadOnly, RouteByLatency or RouteRandomly: the slot map maint keeps says
+// which they are.
+func (cs *clusterState) relaxReplicas(m *Maint, nt resp.Notification, end bool) {
+	cs.mu.Lock()
+	sm := cs.currentLocked(monoNow())
+	var self string
+	for _, mb := range cs.members {
+		if mb.m == m {
+			self = mb.addr
+		}
+	}
+	var rs []*Maint
+	if sm != nil && self != "" {
+		if n, ok := sm.node(self); ok {
+			for _, r := range sm.replicas(n.Addr) {
+				if mb := cs.findLocked(goRedisAddr(r.Addr, sm.origin)); mb != nil && mb.m != m {
+					rs = append(rs, mb.m)
+				}
+			}
+		}
+	}
+	cs.mu.Unlock()
+	for _, rm := range rs {
+		for _, n := range rm.nodeList() {
+			if end {
+				rm.relaxEnd(n, nt)
+			} else {
+				rm.relax(n, nt)
+			}
 		}
 	}
 }
@@ -451,240 +794,14 @@ func (cs *clusterState) rememberLocked(seq int64, now mono) {
 	cs.seen[seq] = now
 }
 
-// parseMovesLocked reads SMIGRATED triplets, addresses made canonical.
-func (cs *clusterState) parseMovesLocked(in []resp.SlotMove) ([]slotMove, error) {
-	out := make([]slotMove, 0, len(in))
-	for _, mv := range in {
-		r, err := parseSlots(mv.Slots)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %q", err, mv.Slots)
-		}
-		if mv.Dst == "" || len(r) == 0 {
-			continue
-		}
-		out = append(out, slotMove{src: cs.canonLocked(mv.Src), dst: cs.canonLocked(mv.Dst), r: r})
-	}
-	return out, nil
-}
-
-// showsLocked reports whether the slot map known has every move done.
-func (cs *clusterState) showsLocked(moves []slotMove) bool {
-	for _, mv := range moves {
-		for _, r := range mv.r {
-			for s := r.lo; s <= r.hi; s++ {
-				o := cs.owner[s]
-				if o == 0 || cs.owners[o-1] != mv.dst {
-					return false
-				}
-			}
-		}
-	}
-	return true
-}
-
-// applyLocked does the moves on the slot map known.
-func (cs *clusterState) applyLocked(moves []slotMove) {
-	for _, mv := range moves {
-		o := cs.ownerIndexLocked(mv.dst)
-		for _, r := range mv.r {
-			for s := r.lo; s <= r.hi; s++ {
-				cs.owner[s] = o
-			}
-		}
-	}
-}
-
-func (cs *clusterState) ownerIndexLocked(addr string) uint16 {
-	for i, a := range cs.owners {
-		if a == addr {
-			return uint16(i + 1)
-		}
-	}
-	cs.owners = append(cs.owners, addr)
-	return uint16(len(cs.owners))
-}
-
-// ownersLocked returns the addresses owning at least one slot.
-func (cs *clusterState) ownersLocked() map[string]bool {
-	has := make([]bool, len(cs.owners)+1)
-	for _, o := range cs.owner {
-		has[o] = true
-	}
-	out := make(map[string]bool)
-	for i, a := range cs.owners {
-		if has[i+1] {
-			out[a] = true
-		}
-	}
-	return out
-}
-
-// merge returns the overlay of prev (when still in force) plus moves (only
-// those from src, unless src is ""), in force until until.
-func merge(prev *movedSlots, moves []slotMove, src string, until, now mono) *movedSlots {
-	mv := &movedSlots{}
-	if prev != nil && prev.until.Load() > now {
-		mv.idx = prev.idx
-		mv.to = append(mv.to, prev.to...)
-		mv.moves = append(mv.moves, prev.moves...)
-	}
-	for _, x := range moves {
-		if src != "" && x.src != src {
-			continue
-		}
-		mv.moves = append(mv.moves, x)
-		at := -1
-		for i, d := range mv.to {
-			if d.addr == x.dst {
-				at = i
-			}
-		}
-		if at < 0 {
-			if len(mv.to) == 255 {
-				continue // more destinations than an overlay holds: left to redirects
-			}
-			mv.to = append(mv.to, &dest{addr: x.dst})
-			at = len(mv.to) - 1
-		}
-		for _, r := range x.r {
-			for s := r.lo; s <= r.hi; s++ {
-				mv.idx[s] = uint8(at + 1)
-			}
-		}
-	}
-	// Slots moved back to src are no longer away from it.
-	if src != "" {
-		for _, x := range moves {
-			if x.dst == src {
-				for _, r := range x.r {
-					for s := r.lo; s <= r.hi; s++ {
-						mv.idx[s] = 0
-					}
-				}
-			}
-		}
-	}
-	mv.until.Store(until)
-	return mv
-}
-
-// resolveLocked links an overlay's destinations to their node clients.
-func (cs *clusterState) resolveLocked(mv *movedSlots) {
-	for _, d := range mv.to {
-		if d.mb.Load() == nil {
-			if mb := cs.findLocked(d.addr); mb != nil && mb.rdb != nil {
-				d.mb.Store(mb)
-			}
-		}
-	}
-}
-
-// lookup returns where slot moved, or nil.
-func (mv *movedSlots) lookup(slot int) *dest {
-	if slot < 0 || slot >= numSlots {
-		return nil
-	}
-	if i := mv.idx[slot]; i != 0 {
-		return mv.to[i-1]
-	}
-	return nil
-}
-
-// client returns the destination's node client, resolving it if it joined
-// since the overlay was made; nil when unknown or closed.
-func (d *dest) client(cs *clusterState) *redis.Client {
-	mb := d.mb.Load()
-	if mb == nil {
-		cs.mu.Lock()
-		if x := cs.findLocked(d.addr); x != nil && x.rdb != nil {
-			d.mb.Store(x)
-			mb = x
-		}
-		cs.mu.Unlock()
-	}
-	if mb == nil || mb.rdb == nil || mb.m.stopped.Load() {
-		return nil
-	}
-	return mb.rdb
-}
-
-// sawSlotMap reads a CLUSTER SLOTS reply that went through a node client:
-// the slot map go-redis is about to use. It is the reload the overlays
-// wait for when it agrees with their moves, and it shows which nodes own
-// no slot any more.
-func (cs *clusterState) sawSlotMap(slots []redis.ClusterSlot) {
-	if len(slots) == 0 {
-		return
-	}
-	cs.c.slotMaps.Add(1)
-	now := monoNow()
-	cs.mu.Lock()
-	first := cs.owner == nil
-	var before map[string]bool
-	if first {
-		cs.owner = make([]uint16, numSlots)
-	} else {
-		before = cs.ownersLocked()
-	}
-	clear(cs.owner)
-	for _, s := range slots {
-		if len(s.Nodes) == 0 || s.Start < 0 || s.End >= numSlots || s.Start > s.End {
-			continue
-		}
-		o := cs.ownerIndexLocked(cs.canonLocked(s.Nodes[0].Addr))
-		for i := s.Start; i <= s.End; i++ {
-			cs.owner[i] = o
-		}
-	}
-	after := cs.ownersLocked()
-	cs.markGoneLocked(slots, now)
-	var emptied []*clusterMember
-	for _, mb := range cs.members {
-		if after[mb.addr] {
-			mb.m.emptied.Store(0) // it owns slots again
-		} else if before[mb.addr] {
-			emptied = append(emptied, mb)
-		}
-	}
-	// The reload the overlays wait for: commands routed by the old map just
-	// before go-redis swaps the new one in are still sent on, briefly.
-	shorten := func(mv *movedSlots) {
-		if mv != nil && cs.showsLocked(mv.moves) {
-			if end := now + int64(movedAfterReload); mv.until.Load() > end {
-				mv.until.Store(end)
-			}
-		}
-	}
-	shorten(cs.moved.Load())
-	for _, mb := range cs.members {
-		shorten(mb.m.away.Load())
-	}
-	for _, p := range cs.pending {
-		if cs.showsLocked(p.moves) {
-			p.seen.Store(true)
-		}
-	}
-	maps := cs.c.slotMaps.Load() - 1 // this map is the reload
-	cs.mu.Unlock()
-	for _, mb := range emptied {
-		mb.m.retireEmptied(0, "no longer in the slot map", mb.rdb, maps)
-	}
-}
-
-// markGoneLocked notes, for each member, whether the slot map names its
-// node (as an owner or a replica): go-redis's ClusterClient closes the
+// markGoneLocked notes, for each member, whether the slot map read names
+// its node (as an owner or a replica): go-redis's ClusterClient closes the
 // node clients a reloaded map no longer names, a minute later
 // (TestContractClusterNodeGC).
-func (cs *clusterState) markGoneLocked(slots []redis.ClusterSlot, now mono) {
-	named := make(map[string]bool, len(cs.members))
-	for _, s := range slots {
-		for _, n := range s.Nodes {
-			named[cs.canonLocked(n.Addr)] = true
-		}
-	}
+func (cs *clusterState) markGoneLocked(sm *slotMap, now mono) {
 	for _, mb := range cs.members {
 		switch {
-		case named[mb.addr]:
+		case sm.named(mb.addr):
 			mb.goneAt = 0
 		case mb.goneAt == 0:
 			mb.goneAt = now
@@ -706,269 +823,6 @@ func (cs *clusterState) goneFor(m *Maint, now mono) time.Duration {
 		}
 	}
 	return 0
-}
-
-// movedError is the MOVED a node client's hook answers for a slot its node
-// has just given away, when the destination's node client is not known:
-// go-redis's ClusterClient follows it at once (and reloads its slot map).
-type movedError struct {
-	slot int
-	addr string
-}
-
-func (e *movedError) Error() string { return "MOVED " + strconv.Itoa(e.slot) + " " + e.addr }
-
-// RedisError marks it as a reply of the server's kind, as go-redis's own
-// MOVED is: not a transport error.
-func (e *movedError) RedisError() {}
-
-// awayProcess sends a command for a slot m's node has just given away
-// straight to the destination. It reports whether it served the command.
-func (m *Maint) awayProcess(ctx context.Context, a *movedSlots, cmd redis.Cmder) (bool, error) {
-	cs := m.s.cluster
-	if isForwarded(ctx) {
-		return false, nil // sent on once already: never twice (a slot moving back and forth)
-	}
-	if cs == nil || a.until.Load() <= monoNow() {
-		m.away.CompareAndSwap(a, nil)
-		return false, nil
-	}
-	slot := cmdSlot(cmd.Args())
-	d := a.lookup(slot)
-	if d == nil {
-		return false, nil
-	}
-	if r := d.client(cs); r != nil {
-		cs.c.forwarded.Add(1)
-		return true, r.Process(forwarded(ctx), cmd)
-	}
-	cs.c.redirected.Add(1)
-	err := &movedError{slot: slot, addr: d.addr}
-	cmd.SetErr(err)
-	return true, err
-}
-
-// awayMoved handles a MOVED the source answered to a command written before
-// maint read the SMIGRATED: the command did not run there, so it is sent to
-// the destination the SMIGRATED named, and go-redis never sees the MOVED
-// (following it would reload the slot map once more). A pipeline's or a
-// transaction's MOVED is go-redis's: it acts on it inside its read loop.
-func (m *Maint) awayMoved(ctx context.Context, a *movedSlots, cmd redis.Cmder, err error) (bool, error) {
-	cs := m.s.cluster
-	if isForwarded(ctx) {
-		return false, nil // sent on once already: never twice (a slot moving back and forth)
-	}
-	if cs == nil || !strings.HasPrefix(err.Error(), "MOVED ") || a.until.Load() <= monoNow() {
-		return false, nil
-	}
-	d := a.lookup(cmdSlot(cmd.Args()))
-	if d == nil {
-		return false, nil
-	}
-	f := strings.Fields(err.Error())
-	if len(f) != 3 {
-		return false, nil
-	}
-	cs.mu.Lock()
-	same := cs.canonLocked(f[2]) == d.addr
-	cs.mu.Unlock()
-	if !same {
-		return false, nil // moved on since: go-redis follows it
-	}
-	r := d.client(cs)
-	if r == nil {
-		return false, nil
-	}
-	cs.c.forwarded.Add(1)
-	return true, r.Process(forwarded(ctx), cmd)
-}
-
-// forwardedKey marks the context of a command maint sent on to a moved
-// slot's destination.
-type forwardedKey struct{}
-
-// forwarded returns ctx marked as forwarded.
-func forwarded(ctx context.Context) context.Context {
-	return context.WithValue(ctx, forwardedKey{}, true)
-}
-
-// isForwarded reports whether ctx is a forwarded command's: it is not sent
-// on again.
-func isForwarded(ctx context.Context) bool {
-	return ctx.Value(forwardedKey{}) != nil
-}
-
-// isTx reports whether a pipeline is a transaction or needs its
-// connection's state (ASKING): it is never split.
-func isTx(cmds []redis.Cmder) bool {
-	for _, c := range cmds {
-		switch c.Name() {
-		case "multi", "exec", "discard", "watch", "unwatch", "asking":
-			return true
-		}
-	}
-	return false
-}
-
-// awayPipeline sends the commands of a pipeline whose slots m's node has
-// just given away straight to their destinations, and the rest through
-// next. A transaction is left whole (see clusterHook). It reports whether
-// it served the pipeline.
-func (m *Maint) awayPipeline(ctx context.Context, a *movedSlots, cmds []redis.Cmder, next redis.ProcessPipelineHook) (bool, error) {
-	cs := m.s.cluster
-	if isForwarded(ctx) {
-		return false, nil // sent on once already: never twice (a slot moving back and forth)
-	}
-	if cs == nil || a.until.Load() <= monoNow() {
-		m.away.CompareAndSwap(a, nil)
-		return false, nil
-	}
-	if isTx(cmds) {
-		return false, nil
-	}
-	type group struct {
-		r    *redis.Client
-		cmds []redis.Cmder
-	}
-	var groups []group
-	rest := make([]redis.Cmder, 0, len(cmds))
-	for _, c := range cmds {
-		var r *redis.Client
-		if d := a.lookup(cmdSlot(c.Args())); d != nil {
-			r = d.client(cs)
-		}
-		if r == nil {
-			rest = append(rest, c)
-			continue
-		}
-		at := -1
-		for i := range groups {
-			if groups[i].r == r {
-				at = i
-			}
-		}
-		if at < 0 {
-			groups = append(groups, group{r: r})
-			at = len(groups) - 1
-		}
-		groups[at].cmds = append(groups[at].cmds, c)
-	}
-	if len(groups) == 0 {
-		return false, nil
-	}
-	for _, g := range groups {
-		fctx := forwarded(ctx)
-		p := g.r.Pipeline()
-		for _, c := range g.cmds {
-			_ = p.Process(fctx, c)
-		}
-		_, _ = p.Exec(fctx)
-		for _, c := range g.cmds {
-			if isRedirect(c.Err()) {
-				c.SetErr(nil)
-				rest = append(rest, c) // not run there: the source's answer routes it
-			} else {
-				cs.c.forwarded.Add(1)
-			}
-		}
-	}
-	if len(rest) == 0 {
-		// Served here: go-redis keeps each command's own result.
-		return true, nil
-	}
-	return true, next(ctx, rest)
-}
-
-// isRedirect reports whether err is a MOVED or ASK reply: the command did
-// not run.
-func isRedirect(err error) bool {
-	if err == nil {
-		return false
-	}
-	s := err.Error()
-	return strings.HasPrefix(s, "MOVED ") || strings.HasPrefix(s, "ASK ")
-}
-
-// clusterHook is the hook maint adds to the ClusterClient itself: a
-// transaction on a slot moved recently goes straight to the destination's
-// node client. (A node client's hook cannot answer a cluster transaction
-// itself: go-redis treats that as fatal.) With no slot moved recently it
-// costs one atomic load per pipeline.
-type clusterHook struct{ cs *clusterState }
-
-// DialHook passes dials through.
-func (h clusterHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-// ProcessHook passes commands through.
-func (h clusterHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-
-// ProcessPipelineHook sends a transaction on a slot moved recently to its
-// destination.
-func (h clusterHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if mv := h.cs.moved.Load(); mv != nil && len(cmds) > 2 {
-			if done, err := h.cs.txForward(ctx, mv, cmds); done {
-				return err
-			}
-		}
-		return next(ctx, cmds)
-	}
-}
-
-// txForward runs a cluster transaction (MULTI, commands, EXEC) whose slot
-// moved recently on the destination's node client, whole. It reports
-// whether it did; a transaction the destination redirects (nothing ran) is
-// left to go-redis.
-func (cs *clusterState) txForward(ctx context.Context, mv *movedSlots, cmds []redis.Cmder) (bool, error) {
-	if isForwarded(ctx) {
-		return false, nil // sent on once already: never twice (a slot moving back and forth)
-	}
-	if mv.until.Load() <= monoNow() {
-		cs.moved.CompareAndSwap(mv, nil)
-		return false, nil
-	}
-	if cmds[0].Name() != "multi" || cmds[len(cmds)-1].Name() != "exec" {
-		return false, nil
-	}
-	inner := cmds[1 : len(cmds)-1]
-	slot := -1
-	for _, c := range inner {
-		s := cmdSlot(c.Args())
-		if s < 0 {
-			continue
-		}
-		if slot >= 0 && s != slot {
-			return false, nil // cross-slot: go-redis refuses it
-		}
-		slot = s
-	}
-	d := mv.lookup(slot)
-	if d == nil {
-		return false, nil
-	}
-	r := d.client(cs)
-	if r == nil {
-		return false, nil
-	}
-	fctx := forwarded(ctx)
-	_, err := r.TxPipelined(fctx, func(p redis.Pipeliner) error {
-		for _, c := range inner {
-			_ = p.Process(fctx, c)
-		}
-		return nil
-	})
-	for _, c := range inner {
-		if isRedirect(c.Err()) {
-			// The transaction was aborted there (nothing ran): go-redis
-			// routes it.
-			for _, c := range inner {
-				c.SetErr(nil)
-			}
-			return false, nil
-		}
-	}
-	cs.c.forwarded.Add(1)
-	return true, err
 }
 
 // retireEmptied retires the connections of m's node, which has no slot any
@@ -1014,7 +868,7 @@ func (m *Maint) drainEmptied(seq int64, rdb *redis.Client, afterMaps uint64) {
 		if !m.isEmptied() {
 			return // it owns slots again, or the bound passed
 		}
-		if !retired && (cs == nil || cs.c.slotMaps.Load() > afterMaps) && m.quiet(rdb) {
+		if !retired && (cs == nil || cs.maps.Load() > afterMaps) && m.quiet(rdb) {
 			retired = true
 			n := 0
 			for _, nd := range m.nodeList() {
@@ -1135,75 +989,4 @@ func smigratingSlots(nt resp.Notification) string {
 		}
 	}
 	return canonSlots(rs)
-}
-
-// migratingSlots are the slots of the SMIGRATINGs read on a node client's
-// connections, until their cap.
-type migratingSlots struct {
-	bits  [numSlots / 64]uint64
-	until mono
-	// firstMoved is when a MOVED for one of them was first sent on (mono):
-	// the SMIGRATED should follow within movedWithoutSMigrated.
-	firstMoved atomic.Int64
-}
-
-// movedWithoutSMigrated bounds how long MOVEDs for slots an SMIGRATING
-// named are sent on by maint while the SMIGRATED has not been read: past
-// it, go-redis follows them (and reloads) as it would without maint.
-const movedWithoutSMigrated = 2 * time.Second
-
-// noteMigrating records the slots of an SMIGRATING read on one of m's
-// connections.
-func (m *Maint) noteMigrating(nt resp.Notification) {
-	rs, err := parseSlots(nt.Slots)
-	if err != nil || len(rs) == 0 {
-		return
-	}
-	now := monoNow()
-	mg := &migratingSlots{until: now + int64(m.s.relaxCap)}
-	if prev := m.migrating.Load(); prev != nil && prev.until > now {
-		mg.bits = prev.bits
-	}
-	for _, r := range rs {
-		for s := r.lo; s <= r.hi; s++ {
-			mg.bits[s/64] |= 1 << (s % 64)
-		}
-	}
-	m.migrating.Store(mg)
-}
-
-// migratingMoved handles a MOVED the node answered, before any SMIGRATED
-// was read, for a slot an SMIGRATING it sent named: the migration has just
-// completed and the SMIGRATED is on its way. The command did not run, so it
-// is sent to the destination the MOVED names, when its node client is
-// known, and go-redis does not see the MOVED: the slot-map reload is the
-// SMIGRATED's, one, not one more for each such MOVED.
-func (m *Maint) migratingMoved(ctx context.Context, mg *migratingSlots, cmd redis.Cmder, err error) (bool, error) {
-	cs := m.s.cluster
-	if isForwarded(ctx) {
-		return false, nil // sent on once already: never twice (a slot moving back and forth)
-	}
-	now := monoNow()
-	if cs == nil || now >= mg.until || !strings.HasPrefix(err.Error(), "MOVED ") {
-		return false, nil
-	}
-	slot := cmdSlot(cmd.Args())
-	if slot < 0 || mg.bits[slot/64]&(1<<(slot%64)) == 0 {
-		return false, nil
-	}
-	mg.firstMoved.CompareAndSwap(0, now)
-	if now-mg.firstMoved.Load() > int64(movedWithoutSMigrated) {
-		return false, nil
-	}
-	f := strings.Fields(err.Error())
-	if len(f) != 3 {
-		return false, nil
-	}
-	d := &dest{addr: f[2]}
-	r := d.client(cs)
-	if r == nil {
-		return false, nil
-	}
-	cs.c.forwarded.Add(1)
-	return true, r.Process(forwarded(ctx), cmd)
 }

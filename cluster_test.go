@@ -330,7 +330,7 @@ func reshard(t *testing.T, maxRetries int, remove, options bool) {
 	redirectsAtRead := ce.redirects()
 	waitFor(t, "the slot-map reload", 10*time.Second, func() bool {
 		st := ce.g.Maints()[0].ClusterStats()
-		return ce.slotMaps() > mapsBefore && st.Reloads+st.ReloadsSeen > 0
+		return st.Served > 0 || st.Stale > 0 || ce.slotMaps() > mapsBefore
 	})
 	if remove {
 		ce.waitEvent(src, mainttest.KindRemovedClose)
@@ -348,27 +348,21 @@ func reshard(t *testing.T, maxRetries int, remove, options bool) {
 	t.Logf("redirects served: %d by the SMIGRATED read, %d after; slot maps %d before the move, %d after",
 		redirectsAtRead, ce.redirects()-redirectsAtRead, mapsBefore, ce.slotMaps())
 	l.check(t, ce.emu)
-	ce.lateMu.Lock()
-	assert.Zero(t, ce.lateRedirects.Load(), "redirects of commands sent after maint read the SMIGRATED: %v", ce.late)
-	ce.lateMu.Unlock()
+	// Commands go-redis routed by its old map between the SMIGRATED's read
+	// and the new map's install meet a MOVED, which go-redis follows: a
+	// round trip, never a failure.
+	t.Logf("redirects of commands sent after maint read the SMIGRATED: %d %v", ce.lateRedirects.Load(), ce.late)
 	// Acted on, or found already shown by the slot map go-redis reloaded on
 	// MOVEDs met before it was read.
 	assert.EqualValues(t, 1, cst.SMigrated+cst.Stale, "one SMIGRATED acted on")
 	assert.Positive(t, cst.Copies, "its copies on the other connections and nodes were ignored")
-	// One reload per SMIGRATED: maint asks for it, or finds go-redis's own
-	// (on a MOVED met by a pipeline or a transaction written before the
-	// SMIGRATED was read) made it unnecessary.
-	assert.EqualValues(t, 1, cst.Reloads+cst.ReloadsSeen, "maint's reload for the SMIGRATED: asked, or found done")
-	if ce.redirects() == 0 {
-		assert.EqualValues(t, 1, ce.slotMaps()-mapsBefore, "one slot-map reload for the SMIGRATED")
-	} else {
-		// go-redis reloads on those MOVEDs itself; one more when one of them
-		// comes in the 200ms after a reload (contract_cluster_test.go).
-		assert.LessOrEqual(t, ce.slotMaps()-mapsBefore, int64(2), "slot-map reloads: one, and go-redis's own on MOVEDs met before the SMIGRATED was read")
-	}
 	if cst.SMigrated > 0 {
-		assert.Positive(t, cst.Forwarded, "commands of the moved slots went straight to their destination")
+		assert.Positive(t, cst.Served, "go-redis's reload was answered from maint's map")
 	}
+	// The CLUSTER SLOTS round trips: go-redis's own reload on a MOVED met
+	// before maint read the SMIGRATED, at most (contract_cluster_test.go).
+	assert.LessOrEqual(t, ce.slotMaps()-mapsBefore, int64(1), "slot-map round trips for the SMIGRATED")
+	assert.Zero(t, cst.Contradicted)
 	if remove {
 		assert.Zero(t, src.Stats().Cluster.ClosedAtRemoval, "connections the removed endpoint had to close")
 		assert.Zero(t, src.Stats().OwedAtClose, "replies owed when the removed endpoint closed")
@@ -399,7 +393,7 @@ func (ce *clusterEnv) settle(n uint64, mapsBefore int64) {
 	ce.t.Helper()
 	waitFor(ce.t, "maint to handle the SMIGRATEDs and their reloads", 20*time.Second, func() bool {
 		st := ce.g.Maints()[0].ClusterStats()
-		return st.SMigrated+st.Stale >= n && st.Reloads+st.ReloadsSeen >= n && ce.slotMaps() > mapsBefore
+		return st.SMigrated+st.Stale+st.Unapplied >= n && (st.Served > 0 || ce.slotMaps() > mapsBefore)
 	})
 }
 
@@ -450,15 +444,10 @@ func TestClusterMigrationsInARowAndANewNode(t *testing.T) {
 				t.Logf("node %d %s: %+v", i, ep.Addr(), ep.Stats().Cluster)
 			}
 			l.check(t, ce.emu)
-			ce.lateMu.Lock()
-			for _, r := range ce.late {
-				// Until go-redis's reload makes the new node's client (maint
-				// asks for it at once), a pipeline of its slots meets the
-				// source's MOVED: maint has no client to send it to (C3).
-				assert.Contains(t, r, n3.Addr(), "a redirect to a node the client knew, of a command sent after maint read an SMIGRATED")
-			}
-			ce.lateMu.Unlock()
-			assert.EqualValues(t, 2, cst.SMigrated+cst.Stale, "each SMIGRATED handled once")
+			t.Logf("redirects of commands sent after maint read an SMIGRATED: %d %v", ce.lateRedirects.Load(), ce.late)
+			assert.EqualValues(t, 2, cst.SMigrated+cst.Stale+cst.Unapplied, "each SMIGRATED handled once")
+			assert.EqualValues(t, 1, cst.Unapplied, "the move to a node the slot map did not have yet: go-redis reloaded from the cluster")
+			assert.Zero(t, cst.Contradicted, "maint never served a map the cluster disagreed with")
 			assert.Zero(t, cst.Emptied, "no node was emptied")
 		})
 	}

@@ -1,15 +1,16 @@
 package maint_test
 
 // Contract tests of go-redis's ClusterClient: what maint's cluster handling
-// (cluster.go) assumes of go-redis v9.23. Two miniredis servers play two
-// masters; the slot map comes from ClusterOptions.ClusterSlots (counted: one
-// call is one reload) except where CLUSTER SLOTS itself is the subject.
+// (cluster.go) relies on in go-redis v9.23. maint routes nothing: it makes
+// go-redis's slot map right at an SMIGRATED by answering the CLUSTER SLOTS
+// of go-redis's reload from a node client's hook, and lets go-redis route,
+// follow MOVED and ASK, run hooks and retry.
 
 import (
 	"context"
 	"errors"
+	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,6 +20,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/maintkit/maint"
+	"github.com/maintkit/maint/mainttest"
 )
 
 // funcHook is a redis.Hook made of optional functions.
@@ -41,257 +45,301 @@ func (h funcHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	return next
 }
 
-// twoMasters is a ClusterClient over two miniredis servers, every slot
-// owned by A. hookA, if set, is added to A's node client.
-type twoMasters struct {
-	a, b    *miniredis.Miniredis
-	cc      *redis.ClusterClient
-	loads   atomic.Int64 // slot-map loads (reloads)
-	mu      sync.Mutex
-	clients map[string]*redis.Client // node clients by address
+// slotMapHook is on every node client of a contract test's ClusterClient:
+// it counts the CLUSTER SLOTS go-redis sends, and answers them itself with
+// serve's map when set (what maint does after an SMIGRATED).
+type slotMapHook struct {
+	sent, served atomic.Int64
+	serve        atomic.Pointer[[]redis.ClusterSlot]
+	block        atomic.Pointer[chan struct{}] // when set, a reload waits on it
 }
 
-func newTwoMasters(t *testing.T, hookA redis.Hook) *twoMasters {
-	t.Helper()
-	tm := &twoMasters{a: miniredis.RunT(t), b: miniredis.RunT(t), clients: map[string]*redis.Client{}}
-	tm.cc = redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs:           []string{tm.a.Addr()},
-		Protocol:        3,
-		MinRetryBackoff: time.Second, // a redirect that waited would show
-		MaxRetryBackoff: time.Second,
-		ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) {
-			tm.loads.Add(1)
-			return []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: tm.a.Addr()}}}}, nil
-		},
-	})
-	tm.cc.OnNewNode(func(c *redis.Client) {
-		tm.mu.Lock()
-		tm.clients[c.Options().Addr] = c
-		tm.mu.Unlock()
-		// With ClusterSlots, go-redis names a loopback node ":port" (it
-		// replaces a loopback host with the empty origin host).
-		if hookA != nil && strings.HasSuffix(c.Options().Addr, ":"+tm.a.Port()) {
-			c.AddHook(hookA)
-		}
-	})
-	t.Cleanup(func() { _ = tm.cc.Close() })
-	require.NoError(t, tm.cc.Ping(context.Background()).Err())
-	return tm
-}
-
-// movedTo is a hook answering every keyed command with MOVED to addr,
-// without calling next: what maint's hook does when the destination's node
-// client is not known.
-func movedTo(addr string) redis.Hook {
+func (h *slotMapHook) hook() redis.Hook {
 	return funcHook{process: func(next redis.ProcessHook) redis.ProcessHook {
 		return func(ctx context.Context, cmd redis.Cmder) error {
-			if cmd.Name() == "set" {
-				err := errors.New("MOVED 12182 " + addr)
-				cmd.SetErr(err)
-				return err
+			sc, ok := cmd.(*redis.ClusterSlotsCmd)
+			if !ok {
+				return next(ctx, cmd)
 			}
+			if b := h.block.Load(); b != nil {
+				<-*b
+			}
+			if m := h.serve.Load(); m != nil {
+				h.served.Add(1)
+				sc.SetVal(*m)
+				return nil
+			}
+			h.sent.Add(1)
 			return next(ctx, cmd)
 		}
 	}}
 }
 
-// maint answers a command of a slot its node gave away with a MOVED error of
-// its own: ClusterClient.process follows it at once (no retry backoff), to
-// the address named, and marks its slot map for reload.
-func TestGoRedisClusterFollowsHookMoved(t *testing.T) {
-	b := miniredis.RunT(t)
-	tm := newTwoMasters(t, movedTo(b.Addr()))
-	loads := tm.loads.Load()
-	start := time.Now()
-	require.NoError(t, tm.cc.Set(context.Background(), "foo", "v", 0).Err(),
-		"go-redis no longer follows a MOVED a node client's hook returns: maint's fallback redirect (cluster.go awayProcess) fails commands")
-	assert.Less(t, time.Since(start), 500*time.Millisecond, "go-redis waited a retry backoff before following a MOVED")
-	got, err := b.Get("foo")
-	require.NoError(t, err)
-	assert.Equal(t, "v", got, "the command did not run where the MOVED sent it")
-	assert.False(t, tm.a.Exists("foo"))
-	require.Eventually(t, func() bool { return tm.loads.Load() > loads }, 5*time.Second, 5*time.Millisecond,
-		"go-redis no longer reloads its slot map on a MOVED")
+// emuCluster is a 3-node emulated cluster and a ClusterClient without maint.
+type emuCluster struct {
+	emu *mainttest.Emulator
+	cl  *mainttest.Cluster
+	cc  *redis.ClusterClient
+	h   *slotMapHook
 }
 
-// A node client's pipeline hook that answers without calling next is taken
-// as having served the batch: each command keeps its own result, and a
-// MOVED error it returns is NOT followed. That is why maint forwards the
-// commands of moved slots itself (cluster.go awayPipeline) rather than
-// answering MOVED for pipelines.
-func TestGoRedisClusterPipelineHookServes(t *testing.T) {
-	var other atomic.Pointer[redis.Client]
-	var mode atomic.Int32 // 0: serve elsewhere; 1: MOVED error; 2: split
-	hook := funcHook{pipeline: func(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-		return func(ctx context.Context, cmds []redis.Cmder) error {
-			if cmds[0].Name() != "set" {
-				return next(ctx, cmds)
-			}
-			switch mode.Load() {
-			case 0:
-				p := other.Load().Pipeline()
-				for _, c := range cmds {
-					_ = p.Process(ctx, c)
-				}
-				_, _ = p.Exec(ctx)
-				return nil
-			case 1:
-				return errors.New("MOVED 12182 " + other.Load().Options().Addr)
-			default:
-				p := other.Load().Pipeline()
-				_ = p.Process(ctx, cmds[0])
-				_, _ = p.Exec(ctx)
-				return next(ctx, cmds[1:])
-			}
-		}
-	}}
-	tm := newTwoMasters(t, hook)
-	other.Store(redis.NewClient(&redis.Options{Addr: tm.b.Addr(), Protocol: 3}))
-	defer other.Load().Close()
-	ctx := context.Background()
-
-	cmds, err := tm.cc.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, "k1", "1", 0)
-		p.Incr(ctx, "{k1}n")
-		return nil
-	})
-	require.NoError(t, err, "a node pipeline hook that served the batch and returned nil is no longer a success")
-	assert.EqualValues(t, 1, cmds[1].(*redis.IntCmd).Val())
-	assert.True(t, tm.b.Exists("k1"))
-	assert.False(t, tm.a.Exists("k1"))
-
-	mode.Store(1)
-	_, err = tm.cc.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, "k2", "1", 0)
-		return nil
-	})
-	assert.Error(t, err, "go-redis now follows a MOVED a node pipeline hook returns: maint could answer pipelines with MOVED (cluster.go)")
-	assert.False(t, tm.b.Exists("k2"))
-
-	mode.Store(2)
-	_, err = tm.cc.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, "k3", "1", 0)
-		p.Set(ctx, "k4", "1", 0)
-		return nil
-	})
-	require.NoError(t, err, "a node pipeline hook may no longer call next with part of the batch")
-	assert.True(t, tm.b.Exists("k3"))
-	assert.True(t, tm.a.Exists("k4"))
+func newEmuCluster(t *testing.T, mod func(*redis.ClusterOptions)) *emuCluster {
+	t.Helper()
+	emu, err := mainttest.New(mainttest.Config{Logf: t.Logf})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = emu.Close() })
+	cl, err := emu.NewCluster(mainttest.ClusterConfig{})
+	require.NoError(t, err)
+	opt := &redis.ClusterOptions{Addrs: cl.Addrs(), Dialer: emu.Dialer(), Protocol: 3, MinRetryBackoff: time.Second, MaxRetryBackoff: time.Second}
+	if mod != nil {
+		mod(opt)
+	}
+	ec := &emuCluster{emu: emu, cl: cl, h: &slotMapHook{}}
+	ec.cc = redis.NewClusterClient(opt)
+	ec.cc.OnNewNode(func(c *redis.Client) { c.AddHook(ec.h.hook()) })
+	t.Cleanup(func() { _ = ec.cc.Close() })
+	require.NoError(t, ec.cc.Ping(context.Background()).Err())
+	return ec
 }
 
-// A cluster transaction reaches the ClusterClient's own pipeline hook as
-// MULTI, the commands, EXEC, and that hook may serve it; a node client's
-// hook that serves it without calling next makes it fail. That is why maint
-// sends transactions of moved slots from a hook on the ClusterClient
-// (cluster.go clusterHook).
-func TestGoRedisClusterTxHooks(t *testing.T) {
-	var nodeServes atomic.Bool
-	nodeHook := funcHook{pipeline: func(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-		return func(ctx context.Context, cmds []redis.Cmder) error {
-			if nodeServes.Load() && cmds[0].Name() == "multi" {
-				return nil
-			}
-			return next(ctx, cmds)
-		}
-	}}
-	tm := newTwoMasters(t, nodeHook)
-	other := redis.NewClient(&redis.Options{Addr: tm.b.Addr(), Protocol: 3})
-	defer other.Close()
-	var names atomic.Value
-	tm.cc.AddHook(funcHook{pipeline: func(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-		return func(ctx context.Context, cmds []redis.Cmder) error {
-			var ns []string
-			for _, c := range cmds {
-				ns = append(ns, c.Name())
-			}
-			names.Store(ns)
-			if len(cmds) > 2 && cmds[1].Name() == "incr" {
-				_, err := other.TxPipelined(ctx, func(p redis.Pipeliner) error {
-					for _, c := range cmds[1 : len(cmds)-1] {
-						_ = p.Process(ctx, c)
-					}
-					return nil
-				})
-				return err
-			}
-			return next(ctx, cmds)
-		}
-	}})
-	ctx := context.Background()
-	cmds, err := tm.cc.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Incr(ctx, "{t}a")
-		p.Incr(ctx, "{t}a")
-		return nil
-	})
-	require.NoError(t, err)
-	assert.Equal(t, []string{"multi", "incr", "incr", "exec"}, names.Load(),
-		"the ClusterClient's pipeline hook no longer sees a transaction as MULTI ... EXEC")
-	assert.EqualValues(t, 2, cmds[1].(*redis.IntCmd).Val(), "the ClusterClient hook's answer is not the transaction's result")
-	got, _ := tm.b.Get("{t}a")
-	assert.Equal(t, "2", got)
+// moved sums the MOVED replies the nodes sent.
+func (ec *emuCluster) moved() int64 {
+	var n int64
+	for _, ep := range ec.cl.Nodes() {
+		n += ep.Stats().Cluster.Moved
+	}
+	return n
+}
 
-	nodeServes.Store(true)
-	_, err = tm.cc.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, "{t}b", "1", 0)
-		return nil
-	})
-	assert.Error(t, err, "go-redis now accepts a node hook serving a cluster transaction: maint could forward transactions from the node hook (cluster.go clusterHook)")
+// slotMap is the emulated cluster's map now, as CLUSTER SLOTS gives it.
+func (ec *emuCluster) slotMap(t *testing.T) []redis.ClusterSlot {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: ec.cl.Addrs()[0], Dialer: ec.emu.Dialer(), Protocol: 3})
+	defer c.Close()
+	slots, err := c.ClusterSlots(context.Background()).Result()
+	require.NoError(t, err)
+	return slots
+}
+
+// keyOn returns a key (with prefix) whose slot ep owns.
+func (ec *emuCluster) keyOn(ep *mainttest.Endpoint, prefix string) string {
+	for i := 0; ; i++ {
+		k := prefix + strconv.Itoa(i)
+		if ec.cl.OwnerOf(k) == ep {
+			return k
+		}
+	}
 }
 
 // go-redis reloads its slot map with CLUSTER SLOTS sent through a node
-// client, whose hooks see the *redis.ClusterSlotsCmd and its reply: that is
-// how maint sees the reload an SMIGRATED asked for (cluster.go sawSlotMap).
-func TestGoRedisClusterReloadThroughNodeHook(t *testing.T) {
-	mr := miniredis.RunT(t)
-	var seen atomic.Int64
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{mr.Addr()}, Protocol: 3})
-	defer cc.Close()
-	cc.OnNewNode(func(c *redis.Client) {
-		c.AddHook(funcHook{process: func(next redis.ProcessHook) redis.ProcessHook {
-			return func(ctx context.Context, cmd redis.Cmder) error {
-				err := next(ctx, cmd)
-				if sc, ok := cmd.(*redis.ClusterSlotsCmd); ok && err == nil && len(sc.Val()) > 0 {
-					seen.Add(1)
-				}
-				return err
-			}
-		}})
-	})
-	ctx := context.Background()
-	require.NoError(t, cc.Set(ctx, "x", "1", 0).Err())
-	require.Positive(t, seen.Load(), "the first slot map no longer comes through a node client's hooks as a ClusterSlotsCmd")
-	n := seen.Load()
-	cc.ReloadState(ctx)
-	require.Eventually(t, func() bool { return seen.Load() > n }, 5*time.Second, 5*time.Millisecond,
+// client, whose hooks see the *redis.ClusterSlotsCmd: the first load, and
+// the reload ReloadState asks for. That is where maint keeps the slot map
+// and answers the reload an SMIGRATED asks for (cluster.go clusterSlots).
+func TestContractClusterReloadThroughNodeHook(t *testing.T) {
+	ec := newEmuCluster(t, nil)
+	require.Positive(t, ec.h.sent.Load(), "the first slot map no longer comes through a node client's hooks as a ClusterSlotsCmd")
+	n := ec.h.sent.Load()
+	ec.cc.ReloadState(context.Background())
+	require.Eventually(t, func() bool { return ec.h.sent.Load() > n }, 5*time.Second, 5*time.Millisecond,
 		"ReloadState no longer reloads through a node client's hooks")
 }
 
-// LazyReload coalesces requests made while a reload runs, but a request in
-// the 200 ms after one completes brings another reload: a MOVED followed
-// just after the reload an SMIGRATED asked for would cost a second one. That
-// is why maint sends moved slots on itself (no MOVED) until it has seen the
-// reload, and a little after.
-func TestGoRedisClusterReloadAfterReloadReloadsAgain(t *testing.T) {
-	tm := newTwoMasters(t, nil)
+// A node client's hook that answers go-redis's CLUSTER SLOTS itself (the
+// reply set, next not called) gives go-redis its slot map: no CLUSTER SLOTS
+// reaches a node, and commands go straight to the owners it names, with no
+// MOVED. That is the reload at no round trip maint serves after an
+// SMIGRATED.
+func TestContractClusterNodeHookServesSlotMap(t *testing.T) {
+	ec := newEmuCluster(t, nil)
 	ctx := context.Background()
-	time.Sleep(300 * time.Millisecond) // past the first load's cooldown
-	n := tm.loads.Load()
-	tm.cc.ReloadState(ctx)
-	require.Eventually(t, func() bool { return tm.loads.Load() == n+1 }, 5*time.Second, time.Millisecond)
-	// The count rises as the load begins; a request before the load ends is
-	// coalesced into it. Ask again once it has ended, within the cooldown
-	// (or after it: a reload either way).
+	n0, n1 := ec.cl.Nodes()[0], ec.cl.Nodes()[1]
+	k := ec.keyOn(n0, "k")
+	require.NoError(t, ec.cl.SetOwner(strconv.Itoa(mainttest.KeySlot(k)), n1)) // no notification
+	m := ec.slotMap(t)
+	ec.h.serve.Store(&m)
+	maps := n0.Stats().Cluster.SlotMaps + n1.Stats().Cluster.SlotMaps + ec.cl.Nodes()[2].Stats().Cluster.SlotMaps
+	time.Sleep(250 * time.Millisecond) // past the first load's cooldown
+	ec.cc.ReloadState(ctx)
+	require.Eventually(t, func() bool { return ec.h.served.Load() > 0 }, 5*time.Second, time.Millisecond)
+	// The reply is installed just after the hook returns.
+	require.Eventually(t, func() bool {
+		c, err := ec.cc.MasterForKey(ctx, k)
+		return err == nil && c.Options().Addr == n1.Addr()
+	}, 5*time.Second, time.Millisecond, "go-redis does not route by the slot map a node hook answered")
+	moved := ec.moved()
+	require.NoError(t, ec.cc.Incr(ctx, k).Err())
+	assert.Equal(t, moved, ec.moved(), "a MOVED: go-redis did not route by the map served")
+	assert.Equal(t, maps, n0.Stats().Cluster.SlotMaps+n1.Stats().Cluster.SlotMaps+ec.cl.Nodes()[2].Stats().Cluster.SlotMaps,
+		"a CLUSTER SLOTS reached a node")
+}
+
+// ReloadState is lazy: it returns at once and go-redis reloads on a
+// goroutine of its own. A request while a reload runs is folded into it (no
+// reload after it: the running one may have read the old map); a request in
+// the 200 ms cooldown after a reload brings one more. maint asks for the
+// reload as it reads the SMIGRATED (from the goroutine reading the
+// connection: it must not block), and a CLUSTER SLOTS already in flight
+// then gets the SMIGRATED's moves done on its reply (cluster.go hand); it
+// serves its map for serveFor (1 s), past the cooldown.
+func TestContractClusterLazyReload(t *testing.T) {
+	ec := newEmuCluster(t, nil)
+	time.Sleep(250 * time.Millisecond) // past the first load's cooldown
+	block := make(chan struct{})
+	ec.h.block.Store(&block)
+	n := ec.h.sent.Load()
+	start := time.Now()
+	ec.cc.ReloadState(context.Background())
+	assert.Less(t, time.Since(start), 100*time.Millisecond, "ReloadState waited for the reload")
+	time.Sleep(20 * time.Millisecond)
+	ec.cc.ReloadState(context.Background()) // during the blocked reload
+	ec.cc.ReloadState(context.Background())
+	ec.h.block.Store(nil)
+	close(block)
+	require.Eventually(t, func() bool { return ec.h.sent.Load() == n+1 }, 5*time.Second, time.Millisecond)
+	time.Sleep(500 * time.Millisecond)
+	assert.EqualValues(t, n+1, ec.h.sent.Load(), "requests during a reload now bring a reload after it: maint's in-flight handling may be simplified")
+	// A request within the cooldown after a reload: one more.
+	ec.cc.ReloadState(context.Background())
+	require.Eventually(t, func() bool { return ec.h.sent.Load() == n+2 }, 5*time.Second, time.Millisecond)
 	time.Sleep(50 * time.Millisecond)
-	tm.cc.ReloadState(ctx)
-	require.Eventually(t, func() bool { return tm.loads.Load() == n+2 }, 5*time.Second, 5*time.Millisecond,
+	ec.cc.ReloadState(context.Background())
+	require.Eventually(t, func() bool { return ec.h.sent.Load() == n+3 }, 5*time.Second, 5*time.Millisecond,
 		"a reload asked just after one completed no longer reloads again")
 }
 
-// keysOf is a helper for the other cluster tests: n keys of distinct slots.
-func keysOf(n int) []string {
-	out := make([]string, n)
-	for i := range out {
-		out[i] = "k" + strconv.Itoa(i)
+// go-redis follows a MOVED at once (no retry backoff) for a command, a
+// pipeline (in the order written), a transaction (whole, on the new owner)
+// and Watch (the whole function again), and reloads its slot map. That is
+// what commands racing maint's reload meet: one round trip, never a
+// failure. With MaxRedirects -1 a MOVED is go-redis's own error.
+func TestContractClusterFollowsMoved(t *testing.T) {
+	ec := newEmuCluster(t, nil)
+	ctx := context.Background()
+	n0, n1 := ec.cl.Nodes()[0], ec.cl.Nodes()[1]
+	move := func(k string) {
+		t.Helper()
+		require.NoError(t, ec.cl.SetOwner(strconv.Itoa(mainttest.KeySlot(k)), n1))
 	}
-	return out
+	sent := ec.h.sent.Load()
+
+	k := ec.keyOn(n0, "c")
+	move(k)
+	start := time.Now()
+	require.NoError(t, ec.cc.Incr(ctx, k).Err(), "a command meeting MOVED")
+	assert.Less(t, time.Since(start), 500*time.Millisecond, "go-redis waited a retry backoff before following a MOVED")
+	require.Eventually(t, func() bool { return ec.h.sent.Load() > sent }, 5*time.Second, time.Millisecond,
+		"go-redis no longer reloads its slot map on a MOVED")
+
+	s := ec.keyOn(n0, "{s}")
+	move(s)
+	cmds, err := ec.cc.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.XGroupCreateMkStream(ctx, s, "g", "$")
+		p.XAdd(ctx, &redis.XAddArgs{Stream: s, Values: []any{"f", "v"}})
+		return nil
+	})
+	require.NoError(t, err, "a pipeline meeting MOVED")
+	require.Len(t, cmds, 2)
+	got, err := ec.cc.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{s, ">"}, Count: 10, Block: -1}).Result()
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	assert.Len(t, got[0].Messages, 1, "the pipeline ran out of order after the MOVED: the group started after the entry")
+
+	tag := ec.keyOn(n0, "{t")
+	tag = "{" + tag + "}"
+	move(tag)
+	txc, err := ec.cc.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Incr(ctx, tag+"a")
+		p.Incr(ctx, tag+"b")
+		return nil
+	})
+	require.NoError(t, err, "a transaction meeting MOVED")
+	assert.EqualValues(t, 1, txc[1].(*redis.IntCmd).Val())
+
+	w := "{" + ec.keyOn(n0, "w") + "}"
+	move(w)
+	runs := 0
+	err = ec.cc.Watch(ctx, func(tx *redis.Tx) error {
+		runs++
+		n, err := tx.Get(ctx, w).Int()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, w, n+1, 0)
+			return nil
+		})
+		return err
+	}, w)
+	require.NoError(t, err, "Watch meeting MOVED")
+	assert.Equal(t, 1, runs, "the WATCH met the MOVED before the function ran: it ran once, whole, on the new owner")
+	v, err := ec.cc.Get(ctx, w).Int()
+	require.NoError(t, err)
+	assert.Equal(t, 1, v)
+
+	// MaxRedirects -1: no redirect followed, go-redis's own MOVED error.
+	nr := newEmuCluster(t, func(o *redis.ClusterOptions) { o.MaxRedirects = -1 })
+	k2 := nr.keyOn(nr.cl.Nodes()[0], "r")
+	require.NoError(t, nr.cl.SetOwner(strconv.Itoa(mainttest.KeySlot(k2)), nr.cl.Nodes()[1]))
+	err = nr.cc.Incr(ctx, k2).Err()
+	_, isMoved := redis.IsMovedError(err)
+	assert.True(t, isMoved, "with MaxRedirects -1 a MOVED is the command's error: %v", err)
+}
+
+// go-redis routes XGROUP by its stream (argument 2), not by its
+// subcommand: what maint must never second-guess.
+func TestContractClusterRoutesXGroupByStream(t *testing.T) {
+	ec := newEmuCluster(t, nil)
+	ctx := context.Background()
+	s := ec.keyOn(ec.cl.Nodes()[2], "x")
+	if ec.cl.OwnerOf("create") == ec.cl.Nodes()[2] {
+		s = ec.keyOn(ec.cl.Nodes()[1], "x")
+	}
+	moved := ec.moved()
+	require.NoError(t, ec.cc.XGroupCreateMkStream(ctx, s, "g", "$").Err())
+	require.NoError(t, ec.cc.XGroupDestroy(ctx, s, "g").Err())
+	assert.Equal(t, moved, ec.moved(), "go-redis no longer routes XGROUP by its stream")
+}
+
+// go-redis names the nodes of a slot map read from origin by their address
+// in the reply, except a loopback address read from a non-loopback origin,
+// which takes the origin's host (traffic here still goes to loopback only:
+// the Dialer sends every address to one miniredis). maint names nodes as
+// go-redis does (GoRedisAddr). With ClusterOptions.ClusterSlots the origin
+// is empty: go-redis names a loopback node ":port", not the address its
+// MOVEDs give: one reason maint does not serve its map through
+// ClusterSlots (docs/design.md).
+func TestContractClusterAddressRewrite(t *testing.T) {
+	mr := miniredis.RunT(t)
+	_, port, _ := net.SplitHostPort(mr.Addr())
+	dial := func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, mr.Addr())
+	}
+	names := func(opt *redis.ClusterOptions) []string {
+		var mu sync.Mutex
+		var out []string
+		opt.Dialer, opt.Protocol = dial, 3
+		cc := redis.NewClusterClient(opt)
+		defer cc.Close()
+		cc.OnNewNode(func(c *redis.Client) {
+			mu.Lock()
+			out = append(out, c.Options().Addr)
+			mu.Unlock()
+		})
+		require.NoError(t, cc.Set(context.Background(), "k", "v", 0).Err())
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), out...)
+	}
+	origin := "10.255.255.1:" + port
+	got := names(&redis.ClusterOptions{Addrs: []string{origin}})
+	assert.Contains(t, got, origin, "go-redis no longer rewrites a loopback node read from a non-loopback origin")
+	assert.Equal(t, origin, maint.GoRedisAddr(mr.Addr(), origin))
+	got = names(&redis.ClusterOptions{Addrs: []string{mr.Addr()}})
+	assert.NotContains(t, got, ":"+port)
+	assert.Equal(t, mr.Addr(), maint.GoRedisAddr(mr.Addr(), mr.Addr()), "a loopback origin keeps the reply's addresses")
+	got = names(&redis.ClusterOptions{Addrs: []string{mr.Addr()}, ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) {
+		return []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: mr.Addr()}}}}, nil
+	}})
+	assert.Contains(t, got, ":"+port, "with ClusterSlots go-redis no longer names a loopback node \":port\"")
 }

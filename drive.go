@@ -50,12 +50,13 @@ func (c *conn) onNotification(frame []byte) {
 	m.c.notifications.Add(1)
 	ev := Event{Kind: EventNotification, Node: c.n.key, Seq: nt.Seq, Name: nt.Kind.String(), Detail: describe(nt)}
 	if cs := m.s.cluster; cs != nil && nt.Kind == resp.KindSMigrated {
-		// The moved slots' overlay first, then the event: once an observer
-		// learns that maint read the SMIGRATED, commands of the moved slots
-		// go to the destination (guarantee C3).
+		// The slot map to serve first, then the event: once an observer
+		// learns that maint read the SMIGRATED, go-redis's reload is asked
+		// and answered from maint's map (guarantee C2).
 		cs.onSMigrated(m, c, nt)
 		m.emit(ev)
 		m.relaxEnd(c.n, nt)
+		cs.relaxReplicas(m, nt, true)
 		return
 	}
 	m.emit(ev)
@@ -66,8 +67,8 @@ func (c *conn) onNotification(frame []byte) {
 		m.relax(c.n, nt)
 	case resp.KindSMigrating:
 		m.relax(c.n, nt)
-		if m.s.cluster != nil {
-			m.noteMigrating(nt)
+		if cs := m.s.cluster; cs != nil {
+			cs.relaxReplicas(m, nt, false) // reads reach the replicas too
 		}
 	case resp.KindMigrated, resp.KindFailedOver:
 		m.relaxEnd(c.n, nt)

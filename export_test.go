@@ -11,3 +11,7 @@ func SetClusterGone(g *Group, d time.Duration) {
 	g.clusterGone = d
 	g.mu.Unlock()
 }
+
+// GoRedisAddr is goRedisAddr, for the contract test that pins it to
+// go-redis's own address rewriting.
+var GoRedisAddr = goRedisAddr

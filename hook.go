@@ -71,17 +71,11 @@ type Maint struct {
 	// only then can commands be held before they take a connection.
 	hooked atomic.Bool
 
-	// Cluster (cluster.go). away is non-nil while slots this node client's
-	// node has just given away are sent straight to their destination: the
-	// process hooks load it once per command. emptied is when this node,
-	// left with no slot, stops retiring its connections (mono; 0: never
-	// emptied); draining is set while they are being closed.
-	away atomic.Pointer[movedSlots]
-	// migrating is non-nil while an SMIGRATING is open on the node: the
-	// slots it named.
-	migrating atomic.Pointer[migratingSlots]
-	emptied   atomic.Int64
-	draining  atomic.Bool
+	// Cluster (cluster.go). emptied is when this node, left with no slot,
+	// stops retiring its connections (mono; 0: never emptied); draining is
+	// set while they are being closed.
+	emptied  atomic.Int64
+	draining atomic.Bool
 }
 
 var _ redis.Hook = (*Maint)(nil)
@@ -121,15 +115,23 @@ func (m *Maint) DialHook(next redis.DialHook) redis.DialHook {
 func (m *Maint) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	m.hooked.Store(true)
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cs := m.s.cluster; cs != nil {
+			if sc, ok := cmd.(*redis.ClusterSlotsCmd); ok {
+				// Before any hold: a map served needs no connection.
+				return cs.clusterSlots(ctx, m, sc, func(ctx context.Context, cmd redis.Cmder) error {
+					if m.holds.Load() != nil {
+						if err := m.waitHolds(ctx); err != nil {
+							cmd.SetErr(err)
+							return err
+						}
+					}
+					return next(ctx, cmd)
+				})
+			}
+		}
 		if m.holds.Load() != nil {
 			if err := m.waitHolds(ctx); err != nil {
 				cmd.SetErr(err)
-				m.noteErr(err)
-				return err
-			}
-		}
-		if a := m.away.Load(); a != nil {
-			if done, err := m.awayProcess(ctx, a, cmd); done {
 				m.noteErr(err)
 				return err
 			}
@@ -139,19 +141,10 @@ func (m *Maint) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			err = m.poolRetry(ctx, func() error { return next(ctx, cmd) }, err)
 		}
 		if err != nil {
-			if a := m.away.Load(); a != nil {
-				if done, ferr := m.awayMoved(ctx, a, cmd, err); done {
-					err = ferr
+			if cs := m.s.cluster; cs != nil {
+				if s := cs.serve.Load(); s != nil {
+					cs.checkMoved(m, s, err)
 				}
-			} else if mg := m.migrating.Load(); mg != nil {
-				if done, ferr := m.migratingMoved(ctx, mg, cmd, err); done {
-					err = ferr
-				}
-			}
-		}
-		if cs := m.s.cluster; cs != nil && err == nil {
-			if sc, ok := cmd.(*redis.ClusterSlotsCmd); ok {
-				cs.sawSlotMap(sc.Val())
 			}
 		}
 		if err != nil {
@@ -192,17 +185,15 @@ func (m *Maint) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 				return err
 			}
 		}
-		if a := m.away.Load(); a != nil {
-			if done, err := m.awayPipeline(ctx, a, cmds, next); done {
-				return err
-			}
-		}
 		err := next(ctx, cmds)
 		if err != nil && errors.Is(err, redis.ErrPoolTimeout) {
 			err = m.poolRetry(ctx, func() error { return next(ctx, cmds) }, err)
 		}
 		if err != nil {
 			m.noteErr(err)
+		}
+		if cs := m.s.cluster; cs != nil && cs.serve.Load() != nil {
+			cs.checkMovedCmds(m, cmds)
 		}
 		return err
 	}

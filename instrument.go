@@ -115,6 +115,9 @@ func (g *Group) instrumentCluster(c *redis.ClusterClient) {
 	if total > 0 {
 		g.unwatched(nil, "Instrument", int(total), int(nodes))
 	}
+	// A reload at once, through the node clients maint now watches: the
+	// slot map maint keeps, so that the first SMIGRATED is served.
+	c.ReloadState(context.Background())
 }
 
 func (g *Group) instrumentRing(c *redis.Ring) {

@@ -212,9 +212,7 @@ func (g *Group) NewClusterClient(opt *redis.ClusterOptions) *redis.ClusterClient
 
 // bindCluster lets the cluster's node Maints reload cc's slot map.
 func bindCluster(cs *clusterState, cc *redis.ClusterClient) {
-	if cs.bind(func() { cc.ReloadState(context.Background()) }) { // lazy: marks the slot map for reload
-		cc.AddHook(clusterHook{cs}) // transactions of moved slots (cluster.go)
-	}
+	cs.bind(cc, func() { cc.ReloadState(context.Background()) }) // lazy: go-redis reloads on its own goroutine
 }
 
 // ConfigureRing prepares RingOptions for a new *redis.Ring: every shard

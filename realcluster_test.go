@@ -31,7 +31,9 @@ import (
 // the options route (Group.NewClusterClient). Real servers send no
 // SMIGRATING/SMIGRATED, so this proves that maint does no harm to go-redis's
 // own MOVED/ASK/TRYAGAIN handling: no more failed commands than without
-// maint, no acknowledged write lost, none run twice, no MULTI split.
+// maint, no acknowledged write lost, none run twice, no MULTI split, every
+// [XGROUP CREATE ... MKSTREAM, XADD] pipeline in its order, Watch whole or
+// failed with go-redis's own error; with MaxRetries at its default and -1.
 
 const (
 	rcSlots    = 200 // slots moved from node A to node B and back
@@ -71,8 +73,18 @@ func TestRealClusterReshard(t *testing.T) {
 	})
 	assert.NotZero(t, optioned.stats.Handshakes+optioned.stats.Unsupported,
 		"the options route never opted a node connection in: %+v", optioned.stats)
+	// MaxRetries -1: go-redis's redirects only, no retry.
+	plainNoRetry := rc.reshardUnderLoad(t, "no handler, MaxRetries -1", func(opt *redis.ClusterOptions) (*redis.ClusterClient, *maint.Group) {
+		opt.MaxRetries = -1
+		return redis.NewClusterClient(opt), nil
+	})
+	optionedNoRetry := rc.reshardUnderLoad(t, "Group.NewClusterClient, MaxRetries -1", func(opt *redis.ClusterOptions) (*redis.ClusterClient, *maint.Group) {
+		opt.MaxRetries = -1
+		g := maint.NewGroup()
+		return g.NewClusterClient(opt), g
+	})
 
-	for _, withMaint := range []*rcResult{instrumented, optioned} {
+	compare := func(plain, withMaint *rcResult) {
 		assert.LessOrEqual(t, withMaint.failed, plain.failed,
 			"%s failed more commands than go-redis alone: %v", withMaint.name, withMaint.errs)
 		assert.LessOrEqual(t, withMaint.dup, plain.dup, "%s ran more writes twice than go-redis alone", withMaint.name)
@@ -81,7 +93,10 @@ func TestRealClusterReshard(t *testing.T) {
 			assert.Zero(t, withMaint.failed, "%s: failed commands: %v", withMaint.name, withMaint.errs)
 		}
 	}
-	for _, r := range []*rcResult{plain, instrumented, optioned} {
+	compare(plain, instrumented)
+	compare(plain, optioned)
+	compare(plainNoRetry, optionedNoRetry)
+	for _, r := range []*rcResult{plain, instrumented, optioned, plainNoRetry, optionedNoRetry} {
 		// The reshard must have reached the client, or the comparison proves nothing.
 		assert.NotZero(t, r.moved+r.ask, "%s: no MOVED or ASK reached the client", r.name)
 		assert.Zero(t, r.lost, "%s: acknowledged writes lost", r.name)
@@ -98,6 +113,10 @@ type realCluster struct {
 	ids   map[string]string // addr -> node ID
 	a, b  string            // the slots move from a to b and back
 	slots []int             // owned by a at rest
+	// seeds are the clients' Addrs (nil: addrs); afterBack, if set, runs
+	// under load once the slots are back on a.
+	seeds     []string
+	afterBack func()
 }
 
 func openRealCluster(t *testing.T, addrs []string) *realCluster {
@@ -205,7 +224,11 @@ func (rc *realCluster) moveSlots(ctx context.Context, slots []int, from, to stri
 			}
 		}
 		for _, addr := range order {
-			if err := rc.admin[addr].Do(ctx, "CLUSTER", "SETSLOT", s, "NODE", rc.ids[to]).Err(); err != nil {
+			err := rc.admin[addr].Do(ctx, "CLUSTER", "SETSLOT", s, "NODE", rc.ids[to]).Err()
+			if err != nil && addr == from && strings.Contains(err.Error(), "only with masters") {
+				continue // a source that gave its last slot away became a replica of the destination
+			}
+			if err != nil {
 				return fmt.Errorf("slot %d: node on %s: %w", s, addr, err)
 			}
 		}
@@ -298,9 +321,18 @@ func (h *rcRedirects) count(err error) {
 	}
 }
 
+// goRedisWatchErr reports whether err is what go-redis's Watch returns
+// when its keys' slot is in migration: an ASK it does not follow, an
+// EXECABORT, a TRYAGAIN.
+func goRedisWatchErr(err error) bool {
+	s := err.Error()
+	return strings.HasPrefix(s, "ASK ") || strings.HasPrefix(s, "MOVED ") || strings.HasPrefix(s, "EXECABORT") || strings.HasPrefix(s, "TRYAGAIN")
+}
+
 // rcLoad is the load of one run; each goroutine owns its counters.
 type rcLoad struct {
 	ok, failed, wrong atomic.Uint64
+	watchErrs         atomic.Uint64 // go-redis's own Watch errors (goRedisWatchErr)
 	mu                sync.Mutex
 	errs              []string
 }
@@ -355,7 +387,11 @@ func (rc *realCluster) reshardUnderLoad(t *testing.T, name string,
 		require.NoError(t, verify.Set(ctx, filler(tag), "v-"+tag, 0).Err())
 	}
 
-	rdb, g := newClient(&redis.ClusterOptions{Addrs: rc.addrs, PoolSize: 16})
+	seeds := rc.seeds
+	if seeds == nil {
+		seeds = rc.addrs
+	}
+	rdb, g := newClient(&redis.ClusterOptions{Addrs: seeds, PoolSize: 16})
 	defer rdb.Close()
 	if g != nil {
 		defer g.Close()
@@ -496,6 +532,68 @@ func (rc *realCluster) reshardUnderLoad(t *testing.T, name string,
 			}
 		})
 	}
+	// Watch on a moving tag: GET, then SET in MULTI/EXEC, whole on one
+	// node (one writer per key: an abort is the server's, counted failed).
+	watchers := make([]*rcCounter, 0, rcTxTags)
+	for i := 0; i < rcTxTags; i++ {
+		watchers = append(watchers, &rcCounter{key: "{" + tags[(i*rcSlots/rcTxTags+1)%len(tags)] + "}:w"})
+	}
+	run(func(i int) {
+		c := watchers[i%len(watchers)]
+		err := rdb.Watch(ctx, func(tx *redis.Tx) error {
+			n, err := tx.Get(ctx, c.key).Int()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return err
+			}
+			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.Set(ctx, c.key, n+1, 0)
+				return nil
+			})
+			return err
+		}, c.key)
+		switch {
+		case errors.Is(err, redis.TxFailedErr):
+			// The key changed under the WATCH (MIGRATE moves it): nothing
+			// ran, as go-redis reports it; the application's to retry.
+		case err != nil && goRedisWatchErr(err):
+			// go-redis's own answer to a Watch meeting a slot in
+			// migration (it follows no ASK for Watch; EXECABORT after a
+			// redirected command): nothing ran, as without maint.
+			c.failed++
+			l.watchErrs.Add(1)
+		case err != nil:
+			c.failed++
+			l.fail("WATCH", err)
+		default:
+			c.acked++
+			l.ok.Add(1)
+		}
+	})
+	// XGROUP CREATE ... MKSTREAM then XADD, in one pipeline, on a stream
+	// of a moving tag: the group must deliver the entry (order kept).
+	run(func(i int) {
+		s := "{" + tags[(i*7)%len(tags)] + "}:x" + strconv.Itoa(i)
+		_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.XGroupCreateMkStream(ctx, s, "g", "$")
+			p.XAdd(ctx, &redis.XAddArgs{Stream: s, Values: []any{"f", i}})
+			return nil
+		})
+		if err != nil {
+			l.fail("XGROUP+XADD", err)
+			_ = verify.Del(ctx, s).Err()
+			return
+		}
+		got, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{s, ">"}, Count: 10, Block: -1}).Result()
+		switch {
+		case err != nil && !errors.Is(err, redis.Nil):
+			l.fail("XREADGROUP", err)
+		case len(got) != 1 || len(got[0].Messages) != 1:
+			l.wrong.Add(1) // the group started after the entry
+		default:
+			l.ok.Add(2)
+		}
+		_ = verify.Del(ctx, s).Err()
+	})
 	for x := range txers {
 		tts := txers[x]
 		run(func(i int) {
@@ -531,6 +629,9 @@ func (rc *realCluster) reshardUnderLoad(t *testing.T, name string,
 	err = rc.moveSlots(ctx, rc.slots, rc.b, rc.a)
 	require.NoError(t, err, "reshard from %s back to %s", rc.b, rc.a)
 	restored = true
+	if rc.afterBack != nil {
+		rc.afterBack()
+	}
 	took := time.Since(start)
 	rcWait(t, "load after the reshards", 30*time.Second, func() bool { return l.ok.Load() > before+4000 })
 	stopLoad()
@@ -550,6 +651,9 @@ func (rc *realCluster) reshardUnderLoad(t *testing.T, name string,
 			c.check(r, value(c.key))
 		}
 	}
+	for _, c := range watchers {
+		c.check(r, value(c.key))
+	}
 	for _, tt := range txTags {
 		a, b := value("{"+tt.tag+"}:a"), value("{"+tt.tag+"}:b")
 		if a != b {
@@ -564,17 +668,17 @@ func (rc *realCluster) reshardUnderLoad(t *testing.T, name string,
 	}
 	// Leave nothing behind: the keys of this run.
 	for _, tag := range all {
-		require.NoError(t, verify.Del(ctx, filler(tag), "{"+tag+"}:n", "{"+tag+"}:p", "{"+tag+"}:a", "{"+tag+"}:b").Err())
+		require.NoError(t, verify.Del(ctx, filler(tag), "{"+tag+"}:n", "{"+tag+"}:p", "{"+tag+"}:a", "{"+tag+"}:b", "{"+tag+"}:w").Err())
 	}
 
 	t.Logf("%s: two reshards of %d slots (%s <-> %s) in %v: ok=%d failed=%d lost=%d dup=%d torn=%d wrong reads=%d; "+
-		"redirects read: MOVED %d, ASK %d, TRYAGAIN %d; errors: %v",
+		"go-redis's own Watch errors %d; redirects read: MOVED %d, ASK %d, TRYAGAIN %d; errors: %v",
 		name, rcSlots, rc.a, rc.b, took.Round(time.Millisecond), r.ok, r.failed, r.lost, r.dup, r.torn, r.wrongReads,
-		r.moved, r.ask, r.tryAgain, r.errs)
+		l.watchErrs.Load(), r.moved, r.ask, r.tryAgain, r.errs)
 	if g != nil {
 		r.stats = g.Stats()
 		t.Logf("%s: %d node Maints; %+v", name, len(g.Maints()), r.stats)
-		assert.GreaterOrEqual(t, len(g.Maints()), len(rc.addrs), "%s: a node client without maint", name)
+		assert.GreaterOrEqual(t, len(g.Maints()), len(seeds), "%s: a node client without maint", name)
 	}
 	return r
 }

@@ -496,7 +496,13 @@ func printReshard(w io.Writer, rr *reshardReport) {
 	pair("acknowledged writes lost", i64(func(r *reshardRun) int64 { return r.Lost }))
 	pair("MOVED/ASK served by the nodes", i64(func(r *reshardRun) int64 { return r.Redirects }))
 	pair("  after the SMIGRATED was sent", i64(func(r *reshardRun) int64 { return r.RedirectsAfter }))
-	pair("slot-map reloads", i64(func(r *reshardRun) int64 { return r.SlotMaps }))
+	pair("slot-map round trips (CLUSTER SLOTS)", i64(func(r *reshardRun) int64 { return r.SlotMaps }))
+	pair("  reloads answered by maint's map", i64(func(r *reshardRun) int64 {
+		if r.Maint == nil {
+			return 0
+		}
+		return int64(r.Maint.Served)
+	}))
 	pair("conns the removed node closed", func(r *reshardRun) string { return strconv.Itoa(r.RemovedClosed) })
 	pair("p99 before, ms", func(r *reshardRun) string { return fmtMs(r.Before.P99) })
 	pair("p99 during, ms", func(r *reshardRun) string { return fmtMs(r.During.P99) })

@@ -81,7 +81,7 @@ func TestReshardText(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{"127.0.0.4", "1.5s late", "MaxRetries -1 / 3", "no handler", "built-in, defaults",
 		"built-in, config set", "maint", "failed commands", "13 / 13", "writes run twice", "23 / 23",
-		"acknowledged writes lost", "33 / 33", "MOVED/ASK", "slot-map reloads", "conns the removed node closed",
+		"acknowledged writes lost", "33 / 33", "MOVED/ASK", "slot-map round trips", "reloads answered by maint", "conns the removed node closed",
 		"p99 before, ms", "p99 during, ms", "slow writes sent", "MaxRedirects"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in:\n%s", want, out)
