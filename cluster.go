@@ -59,6 +59,8 @@ type clusterState struct {
 	pending []*pendingReload
 
 	c clusterCounters
+
+	subs shardSubs // sharded subscribers follow their slot (clusterpubsub.go)
 }
 
 // clusterMember is one node client of the cluster.
@@ -343,6 +345,7 @@ func (cs *clusterState) onSMigrated(m *Maint, c *conn, nt resp.Notification) {
 	for _, mb := range emptied {
 		mb.m.retireEmptied(nt.Seq, "SMIGRATED left it with no slot", mb.rdb, maps)
 	}
+	cs.shardMoves(m, moves) // sharded subscribers of the moved slots follow them (clusterpubsub.go)
 }
 
 // pendingReload is the slot-map reload an SMIGRATED asked for, until it is

@@ -121,6 +121,9 @@ func (c *conn) shutdown(reason string, byEmulator bool) (owed int64, ok bool) {
 		ep.stats.ClosedAtWindowEnd++
 	}
 	ep.mu.Unlock()
+	if m := ep.cluster.Load(); m != nil {
+		m.cl.shard.forget(c) // its sharded subscriptions (cluster_pubsub.go)
+	}
 	c.e.event(Event{Endpoint: ep.addr, Kind: KindClose, Conn: c.id, Detail: fmt.Sprintf("%s owed=%d", reason, owed)})
 	return owed, true
 }

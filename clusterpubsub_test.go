@@ -1,0 +1,355 @@
+package maint_test
+
+// Sharded pub/sub follows its slot: 16 sharded channels over 8 slots (two
+// per slot, one go-redis PubSub per slot), a publisher SPUBLISHing on every
+// channel every 50ms, a third of the slots moving. One second after the
+// migration, 10 consecutive messages on every channel must arrive exactly
+// once, with maint; without it go-redis loses the moved channels (proving
+// the test can fail). The emulated cluster here, the real redis-server
+// cluster tier in realcluster_pubsub_test.go.
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/maintkit/maint"
+	"github.com/maintkit/maint/mainttest"
+)
+
+const (
+	spSlots    = 8  // slots with subscribers, two channels each
+	spPerSlot  = 2  // channels per slot (one PubSub subscribes to both)
+	spChecked  = 10 // consecutive messages that must all arrive
+	spInterval = 50 * time.Millisecond
+)
+
+// spClient makes the subscribing ClusterClient of a run, and says how to
+// close what it made besides the client.
+type spClient func(opt *redis.ClusterOptions) (*redis.ClusterClient, func())
+
+// spNoMaint is a bare ClusterClient: go-redis alone.
+func spNoMaint(opt *redis.ClusterOptions) (*redis.ClusterClient, func()) {
+	return redis.NewClusterClient(opt), func() {}
+}
+
+// spMaint is a ClusterClient with maint on the options route.
+func spMaint(opt *redis.ClusterOptions) (*redis.ClusterClient, func()) {
+	g := maint.NewGroup()
+	return g.NewClusterClient(opt), func() { _ = g.Close() }
+}
+
+// spInstrumented is a ClusterClient with maint installed by Instrument.
+func spInstrumented(t *testing.T) spClient {
+	return func(opt *redis.ClusterOptions) (*redis.ClusterClient, func()) {
+		cc := redis.NewClusterClient(opt)
+		g, err := maint.Instrument(cc)
+		require.NoError(t, err)
+		return cc, func() { _ = g.Close() }
+	}
+}
+
+// spSetup is the cluster of a run: its addresses, a dialer (the emulator's,
+// or nil), the channels of each subscribed slot, which of them move, and the
+// migration.
+type spSetup struct {
+	addrs   []string
+	dialer  func(ctx context.Context, network, addr string) (net.Conn, error)
+	groups  [][]string
+	moving  map[string]bool
+	migrate func(ctx context.Context) error
+}
+
+// spResult is what one run saw of the spChecked messages published from one
+// second after the migration on.
+type spResult struct {
+	name      string
+	missing   map[string]int // channel → checked messages that never arrived
+	dup       map[string]int // channel → checked messages that arrived twice
+	published int            // SPUBLISH calls that succeeded
+	pubErrs   []string
+}
+
+// lostMoved and lostStill count the channels that missed a checked message,
+// among the moving ones and the others.
+func (r *spResult) lost(s *spSetup) (moved, still int) {
+	for ch, n := range r.missing {
+		if n == 0 {
+			continue
+		}
+		if s.moving[ch] {
+			moved++
+		} else {
+			still++
+		}
+	}
+	return moved, still
+}
+
+func (r *spResult) String() string {
+	var parts []string
+	for ch, n := range r.missing {
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("%s:-%d", ch, n))
+		}
+	}
+	for ch, n := range r.dup {
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("%s:+%d", ch, n))
+		}
+	}
+	sort.Strings(parts)
+	return fmt.Sprintf("%s: published=%d pubErrs=%v channels off=%v", r.name, r.published, r.pubErrs, parts)
+}
+
+// spChannels picks spSlots hash tags, spMoving of them in slots moving(slot)
+// says move and the others in slots it says stay, and names spPerSlot
+// channels per tag.
+func spChannels(prefix string, moving func(slot int) bool, nMoving int) (groups [][]string, moved map[string]bool) {
+	moved = map[string]bool{}
+	used := map[int]bool{}
+	stay := 0
+	for i := 0; len(groups) < spSlots; i++ {
+		tag := prefix + strconv.Itoa(i)
+		s := mainttest.KeySlot(tag)
+		if used[s] {
+			continue
+		}
+		m := moving(s)
+		if m && len(moved) >= nMoving*spPerSlot || !m && stay >= spSlots-nMoving {
+			continue
+		}
+		used[s] = true
+		var g []string
+		for j := 0; j < spPerSlot; j++ {
+			ch := "{" + tag + "}:ch" + strconv.Itoa(j)
+			g = append(g, ch)
+			if m {
+				moved[ch] = true
+			}
+		}
+		if !m {
+			stay++
+		}
+		groups = append(groups, g)
+	}
+	return groups, moved
+}
+
+// shardedPubSubRun subscribes, publishes, migrates and checks, as the file's
+// comment says.
+func shardedPubSubRun(t *testing.T, name string, s *spSetup, newClient spClient) *spResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	opt := &redis.ClusterOptions{Addrs: s.addrs, Protocol: 3}
+	if s.dialer != nil {
+		opt.Dialer = s.dialer
+	}
+	sub, closeSub := newClient(opt)
+	defer closeSub()
+	defer sub.Close()
+	pubOpt := &redis.ClusterOptions{Addrs: s.addrs, Protocol: 3, Dialer: s.dialer}
+	pub := redis.NewClusterClient(pubOpt)
+	defer pub.Close()
+
+	var mu sync.Mutex
+	got := map[string]map[int]int{} // channel → seq → times received
+	var all []string
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for _, g := range s.groups {
+		ps := sub.SSubscribe(ctx, g...)
+		defer ps.Close()
+		for range g {
+			msg, err := ps.ReceiveTimeout(ctx, 5*time.Second)
+			require.NoError(t, err, "%s: SSUBSCRIBE %v", name, g)
+			sb, ok := msg.(*redis.Subscription)
+			require.True(t, ok, "%s: SSUBSCRIBE %v answered %v", name, g, msg)
+			require.Equal(t, "ssubscribe", sb.Kind)
+		}
+		all = append(all, g...)
+		for _, ch := range g {
+			got[ch] = map[int]int{}
+		}
+		msgs := ps.Channel()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for m := range msgs {
+				n, err := strconv.Atoi(m.Payload)
+				if err != nil {
+					continue
+				}
+				mu.Lock()
+				got[m.Channel][n]++
+				mu.Unlock()
+			}
+		}()
+	}
+
+	res := &spResult{name: name, missing: map[string]int{}, dup: map[string]int{}}
+	var pubMu sync.Mutex
+	pubAt := map[int]time.Time{} // seq → when its round began
+	stop := make(chan struct{})
+	pubDone := make(chan struct{})
+	go func() {
+		defer close(pubDone)
+		tk := time.NewTicker(spInterval)
+		defer tk.Stop()
+		for seq := 1; ; seq++ {
+			select {
+			case <-stop:
+				return
+			case <-tk.C:
+			}
+			pubMu.Lock()
+			pubAt[seq] = time.Now()
+			pubMu.Unlock()
+			for _, ch := range all {
+				err := pub.SPublish(ctx, ch, strconv.Itoa(seq)).Err()
+				pubMu.Lock()
+				if err != nil {
+					if len(res.pubErrs) < 5 {
+						res.pubErrs = append(res.pubErrs, ch+": "+err.Error())
+					}
+				} else {
+					res.published++
+				}
+				pubMu.Unlock()
+			}
+		}
+	}()
+	stopPub := func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		<-pubDone
+	}
+	defer stopPub()
+
+	// Every channel delivers before the migration.
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, ch := range all {
+			if len(got[ch]) < 2 {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond, "%s: a channel never delivered before the migration", name)
+
+	require.NoError(t, s.migrate(ctx), "%s: migration", name)
+	from := time.Now().Add(time.Second)
+
+	// The first round begun a second after the migration, and spChecked
+	// rounds from it.
+	first := 0
+	require.Eventually(t, func() bool {
+		pubMu.Lock()
+		defer pubMu.Unlock()
+		if first == 0 {
+			for seq := 1; seq <= len(pubAt); seq++ {
+				if !pubAt[seq].Before(from) {
+					first = seq
+					break
+				}
+			}
+		}
+		return first > 0 && len(pubAt) >= first+spChecked
+	}, 30*time.Second, 5*time.Millisecond, "%s: the publisher stalled", name)
+	// The last checked round has been published in full when the next began.
+	time.Sleep(spInterval)
+	stopPub()
+	// Delivery of what was published: generous, and it only waits on a failure.
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		mu.Lock()
+		complete := true
+		for _, ch := range all {
+			res.missing[ch], res.dup[ch] = 0, 0
+			for seq := first; seq < first+spChecked; seq++ {
+				switch n := got[ch][seq]; {
+				case n == 0:
+					res.missing[ch]++
+					complete = false
+				case n > 1:
+					res.dup[ch]++
+				}
+			}
+		}
+		mu.Unlock()
+		if complete || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("%s", res)
+	return res
+}
+
+// spCheck asserts the proof: with maint every checked message arrived once;
+// without it, every moved channel lost messages and no other did.
+func spCheck(t *testing.T, s *spSetup, plain *spResult, withMaint ...*spResult) {
+	t.Helper()
+	moved, still := plain.lost(s)
+	assert.Equal(t, len(s.moving), moved, "go-redis alone should lose every moved channel: %s", plain)
+	assert.Zero(t, still, "go-redis alone lost channels that did not move: %s", plain)
+	for _, r := range withMaint {
+		for ch, n := range r.missing {
+			assert.Zero(t, n, "%s: %s missed %d of the %d messages checked (moved: %v)", r.name, ch, n, spChecked, s.moving[ch])
+		}
+		for ch, n := range r.dup {
+			assert.Zero(t, n, "%s: %s got %d messages twice", r.name, ch, n)
+		}
+		assert.Empty(t, r.pubErrs, "%s: the publisher failed", r.name)
+	}
+}
+
+// TestClusterShardedPubSubFollowsSlot: on the emulated cluster, a third of
+// the slots (all of node A's) move to node B with SMIGRATING/SMIGRATED, and
+// node A pushes sunsubscribe to the moved slots' subscribers.
+func TestClusterShardedPubSubFollowsSlot(t *testing.T) {
+	var runs []*spResult
+	var setup *spSetup
+	for _, c := range []struct {
+		name string
+		mk   spClient
+	}{
+		{"no handler", spNoMaint},
+		{"maint (options route)", spMaint},
+		{"maint (Instrument)", spInstrumented(t)},
+	} {
+		emu, err := mainttest.New(mainttest.Config{Logf: t.Logf})
+		require.NoError(t, err)
+		cl, err := emu.NewCluster(mainttest.ClusterConfig{})
+		require.NoError(t, err)
+		a, b := cl.Nodes()[0], cl.Nodes()[1]
+		aSlots := mainttest.FormatSlots(cl.Slots(a))
+		groups, moving := spChannels("sp", func(s int) bool { return cl.Owner(s) == a }, spSlots/3+1)
+		setup = &spSetup{addrs: cl.Addrs(), dialer: emu.Dialer(), groups: groups, moving: moving,
+			migrate: func(ctx context.Context) error {
+				_, err := cl.MigrateSlots(mainttest.SlotMigration{From: a, To: b, Slots: aSlots, Duration: 100 * time.Millisecond})
+				if err != nil {
+					return err
+				}
+				_, err = emu.WaitEvent(ctx, mainttest.IsKind(a, mainttest.KindSMigrated))
+				return err
+			}}
+		runs = append(runs, shardedPubSubRun(t, c.name, setup, c.mk))
+		require.NoError(t, emu.Close())
+	}
+	spCheck(t, setup, runs[0], runs[1:]...)
+}
