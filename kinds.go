@@ -209,7 +209,8 @@ func (g *Group) NewClusterClient(opt *redis.ClusterOptions) *redis.ClusterClient
 
 // bindCluster lets the cluster's node Maints reload cc's slot map.
 func bindCluster(cs *clusterState, cc *redis.ClusterClient) {
-	cs.subs.bind(cc) // sharded subscribers look at cc's slot map (clusterpubsub.go)
+	// Sharded subscribers look at cc's slot map (clusterpubsub.go).
+	cs.subs.bind(cc)
 	if cs.bind(func() { cc.ReloadState(context.Background()) }) { // lazy: marks the slot map for reload
 		cc.AddHook(clusterHook{cs}) // transactions of moved slots (cluster.go)
 	}
