@@ -77,6 +77,9 @@ type spResult struct {
 	dup       map[string]int // channel → checked messages that arrived twice
 	published int            // SPUBLISH calls that succeeded
 	pubErrs   []string
+	// gap is the most rounds in a row any moved channel missed, over the
+	// whole run (the migration included).
+	gap int
 }
 
 // lostMoved and lostStill count the channels that missed a checked message,
@@ -108,7 +111,8 @@ func (r *spResult) String() string {
 		}
 	}
 	sort.Strings(parts)
-	return fmt.Sprintf("%s: published=%d pubErrs=%v channels off=%v", r.name, r.published, r.pubErrs, parts)
+	return fmt.Sprintf("%s: published=%d pubErrs=%v longest gap of a moved channel=%d rounds (%v); channels off=%v",
+		r.name, r.published, r.pubErrs, r.gap, time.Duration(r.gap)*spInterval, parts)
 }
 
 // spChannels picks spSlots hash tags, spMoving of them in slots moving(slot)
@@ -287,6 +291,18 @@ func shardedPubSubRun(t *testing.T, name string, s *spSetup, newClient spClient)
 					complete = false
 				case n > 1:
 					res.dup[ch]++
+				}
+			}
+		}
+		res.gap = 0
+		for ch := range s.moving {
+			run := 0
+			for seq := 1; seq < first+spChecked; seq++ {
+				if got[ch][seq] == 0 && seq > 2 {
+					run++
+					res.gap = max(res.gap, run)
+				} else {
+					run = 0
 				}
 			}
 		}

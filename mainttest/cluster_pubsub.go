@@ -1,6 +1,7 @@
 package mainttest
 
 import (
+	"sort"
 	"sync"
 
 	"github.com/maintkit/maint/internal/resp"
@@ -230,12 +231,15 @@ func (ps *shardPubSub) slotsMoved(old, t *topology) {
 	}
 	var notes []note
 	for idx, byCh := range ps.subs {
-		for ch, cs := range byCh {
-			s := KeySlot(ch)
-			if int(old.owner[s]) != idx || int(t.owner[s]) == idx {
-				continue
+		var gone []string
+		for ch := range byCh {
+			if s := KeySlot(ch); int(old.owner[s]) == idx && int(t.owner[s]) != idx {
+				gone = append(gone, ch)
 			}
-			for c := range cs {
+		}
+		sort.Strings(gone) // one order, run after run
+		for _, ch := range gone {
+			for c := range byCh[ch] {
 				sub := ps.byConn[c]
 				ps.dropLocked(c, sub, ch)
 				n := len(sub.chans)
