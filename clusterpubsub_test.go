@@ -337,9 +337,16 @@ func spCheck(t *testing.T, s *spSetup, plain *spResult, withMaint ...*spResult) 
 // TestClusterShardedPubSubFollowsSlot: on the emulated cluster, a third of
 // the slots (all of node A's) move to node B with SMIGRATING/SMIGRATED, and
 // node A pushes sunsubscribe to the moved slots' subscribers.
-func TestClusterShardedPubSubFollowsSlot(t *testing.T) {
+func TestClusterShardedPubSubFollowsSlot(t *testing.T) { emulatedShardProof(t, true) }
+
+// TestClusterShardedPubSubFollowsSMigrated: the same, but node A drops its
+// subscribers silently: the SMIGRATED alone tells maint.
+func TestClusterShardedPubSubFollowsSMigrated(t *testing.T) { emulatedShardProof(t, false) }
+
+func emulatedShardProof(t *testing.T, push bool) {
 	var runs []*spResult
 	var setup *spSetup
+	var stats []string
 	for _, c := range []struct {
 		name string
 		mk   spClient
@@ -352,6 +359,7 @@ func TestClusterShardedPubSubFollowsSlot(t *testing.T) {
 		require.NoError(t, err)
 		cl, err := emu.NewCluster(mainttest.ClusterConfig{})
 		require.NoError(t, err)
+		cl.SetShardUnsubscribePush(push)
 		a, b := cl.Nodes()[0], cl.Nodes()[1]
 		aSlots := mainttest.FormatSlots(cl.Slots(a))
 		groups, moving := spChannels("sp", func(s int) bool { return cl.Owner(s) == a }, spSlots/3+1)
@@ -364,8 +372,104 @@ func TestClusterShardedPubSubFollowsSlot(t *testing.T) {
 				_, err = emu.WaitEvent(ctx, mainttest.IsKind(a, mainttest.KindSMigrated))
 				return err
 			}}
-		runs = append(runs, shardedPubSubRun(t, c.name, setup, c.mk))
+		mk := c.mk
+		if c.name == "maint (options route)" {
+			mk = func(opt *redis.ClusterOptions) (*redis.ClusterClient, func()) {
+				g := maint.NewGroup()
+				cc := g.NewClusterClient(opt)
+				return cc, func() {
+					f, u, st := maint.ShardStats(g, opt)
+					stats = append(stats, fmt.Sprintf("followed=%d unasked=%d settled=%d", f, u, st))
+					_ = g.Close()
+				}
+			}
+		}
+		runs = append(runs, shardedPubSubRun(t, c.name, setup, mk))
 		require.NoError(t, emu.Close())
 	}
+	t.Logf("maint's sharded subscribers (options route): %v", stats)
 	spCheck(t, setup, runs[0], runs[1:]...)
+}
+
+// TestClusterShardedOwnSunsubscribeIsNotAMove: the confirmations of the
+// application's own SUNSUBSCRIBE (some channels, then all) change nothing:
+// the PubSub keeps its connection and subscribes again on it. A
+// server-pushed sunsubscribe (the slot given to another node) then moves it.
+func TestClusterShardedOwnSunsubscribeIsNotAMove(t *testing.T) {
+	ctx := context.Background()
+	emu, err := mainttest.New(mainttest.Config{Logf: t.Logf})
+	require.NoError(t, err)
+	defer emu.Close()
+	cl, err := emu.NewCluster(mainttest.ClusterConfig{})
+	require.NoError(t, err)
+	a, b := cl.Nodes()[0], cl.Nodes()[1]
+	var tag string
+	for i := 0; ; i++ {
+		if tag = "own" + strconv.Itoa(i); cl.OwnerOf(tag) == a {
+			break
+		}
+	}
+	x, y := "{"+tag+"}:x", "{"+tag+"}:y"
+	dials := &subDialLog{next: emu.Dialer()}
+	g := maint.NewGroup()
+	defer g.Close()
+	opt := &redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 3, Dialer: dials.dial}
+	cc := g.NewClusterClient(opt)
+	defer cc.Close()
+	pub := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 3, Dialer: emu.Dialer()})
+	defer pub.Close()
+
+	ps := cc.SSubscribe(ctx, x, y)
+	defer ps.Close()
+	// recv waits for a confirmation or message; a read error (maint closing
+	// the connection under go-redis, which reconnects) is skipped.
+	recv := func(kind, channel string) {
+		t.Helper()
+		end := time.Now().Add(5 * time.Second)
+		for {
+			m, err := ps.ReceiveTimeout(ctx, time.Until(end))
+			require.False(t, time.Now().After(end), "waiting for %s %s: %v", kind, channel, err)
+			switch m := m.(type) {
+			case *redis.Subscription:
+				if m.Kind == kind && m.Channel == channel {
+					return
+				}
+			case *redis.Message:
+				if kind == "message" && m.Channel == channel {
+					return
+				}
+			}
+		}
+	}
+	recv("ssubscribe", x)
+	recv("ssubscribe", y)
+	require.NoError(t, ps.SUnsubscribe(ctx, x))
+	recv("sunsubscribe", x)
+	require.NoError(t, ps.SUnsubscribe(ctx))
+	recv("sunsubscribe", y)
+	require.NoError(t, ps.SSubscribe(ctx, x))
+	recv("ssubscribe", x)
+	require.NoError(t, pub.SPublish(ctx, x, "1").Err())
+	recv("message", x)
+	_, addr, n := dials.last()
+	assert.Equal(t, 1, n, "the PubSub reconnected after its own SUNSUBSCRIBE")
+	assert.Equal(t, a.Addr(), addr)
+	followed, unasked, _ := maint.ShardStats(g, opt)
+	assert.Zero(t, unasked, "the application's own sunsubscribe confirmations taken for the server's")
+	assert.Zero(t, followed)
+
+	// The server's own sunsubscribe: the PubSub moves to b and delivers.
+	require.NoError(t, cl.SetOwner(strconv.Itoa(mainttest.KeySlot(x)), b))
+	recv("sunsubscribe", x)
+	recv("ssubscribe", x) // go-redis's resubscription, on b
+	_, addr, n = dials.last()
+	assert.Equal(t, 2, n)
+	assert.Equal(t, b.Addr(), addr, "the PubSub resubscribed on the slot's new owner")
+	require.NoError(t, pub.SPublish(ctx, x, "2").Err())
+	recv("message", x)
+	// Counted just after the close go-redis recovered from.
+	require.Eventually(t, func() bool { f, _, _ := maint.ShardStats(g, opt); return f > 0 }, 5*time.Second, time.Millisecond)
+	followed, unasked, _ = maint.ShardStats(g, opt)
+	assert.Equal(t, uint64(1), unasked)
+	assert.Equal(t, uint64(1), followed)
 }

@@ -1,6 +1,10 @@
 package maint
 
-import "time"
+import (
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // SetClusterGone shortens, for tests, how long a cluster node client's
 // Maint must be quiet and out of the slot maps before the group forgets it
@@ -10,4 +14,19 @@ func SetClusterGone(g *Group, d time.Duration) {
 	g.mu.Lock()
 	g.clusterGone = d
 	g.mu.Unlock()
+}
+
+// ShardStats returns what maint did for the sharded subscribers of the
+// cluster g configured with opt: connections closed because their slot
+// moved, sunsubscribe pushes the application did not ask for, and follows
+// that ended with the slots where they were.
+func ShardStats(g *Group, opt *redis.ClusterOptions) (followed, unasked, settled uint64) {
+	g.mu.Lock()
+	cs := g.clusters[opt]
+	g.mu.Unlock()
+	if cs == nil {
+		return 0, 0, 0
+	}
+	st := cs.subs.stats()
+	return st.Followed, st.Unasked, st.Settled
 }

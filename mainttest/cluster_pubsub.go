@@ -3,6 +3,7 @@ package mainttest
 import (
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/maintkit/maint/internal/resp"
 )
@@ -23,7 +24,15 @@ type shardPubSub struct {
 	subs map[int]map[string]map[*conn]struct{}
 	// byConn: connection → its node index and channels.
 	byConn map[*conn]*shardSubscriber
+	// silent: slots given away drop their subscribers without a word.
+	silent atomic.Bool
 }
+
+// SetShardUnsubscribePush says whether a node that gives a slot away pushes
+// sunsubscribe to that slot's sharded subscribers, as redis-server does (the
+// default), or drops them silently (off), as a server that announces the
+// move with SMIGRATED only might.
+func (cl *Cluster) SetShardUnsubscribePush(on bool) { cl.shard.silent.Store(!on) }
 
 // shardSubscriber is one connection's sharded subscriptions.
 type shardSubscriber struct {
@@ -252,6 +261,9 @@ func (ps *shardPubSub) slotsMoved(old, t *topology) {
 		}
 	}
 	ps.mu.Unlock()
+	if ps.silent.Load() {
+		return
+	}
 	for _, n := range notes {
 		n.c.pushAlways(n.frame)
 	}
