@@ -14,6 +14,7 @@ import (
 	"net"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -67,6 +68,17 @@ type spSetup struct {
 	groups  [][]string
 	moving  map[string]bool
 	migrate func(ctx context.Context) error
+	// kind is "" for sharded pub/sub (SSUBSCRIBE, SPUBLISH), "subscribe"
+	// or "psubscribe" (one pattern per group) with PUBLISH.
+	kind string
+}
+
+// kindName is the confirmation a subscription of s's kind gets.
+func (s *spSetup) kindName() string {
+	if s.kind == "" {
+		return "ssubscribe"
+	}
+	return s.kind
 }
 
 // spResult is what one run saw of the spChecked messages published from one
@@ -162,8 +174,15 @@ func shardedPubSubRun(t *testing.T, name string, s *spSetup, newClient spClient)
 	sub, closeSub := newClient(opt)
 	defer closeSub()
 	defer sub.Close()
-	pubOpt := &redis.ClusterOptions{Addrs: s.addrs, Protocol: 3, Dialer: s.dialer}
-	pub := redis.NewClusterClient(pubOpt)
+	// The publisher: SPUBLISH follows the slot (a ClusterClient of its own,
+	// without maint); PUBLISH reaches every node's subscribers, so it goes
+	// to the last node, which no reshard here touches.
+	var pub redis.UniversalClient
+	if s.kind == "" {
+		pub = redis.NewClusterClient(&redis.ClusterOptions{Addrs: s.addrs, Protocol: 3, Dialer: s.dialer})
+	} else {
+		pub = redis.NewClient(&redis.Options{Addr: s.addrs[len(s.addrs)-1], Protocol: 3, Dialer: s.dialer})
+	}
 	defer pub.Close()
 
 	var mu sync.Mutex
@@ -172,14 +191,24 @@ func shardedPubSubRun(t *testing.T, name string, s *spSetup, newClient spClient)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for _, g := range s.groups {
-		ps := sub.SSubscribe(ctx, g...)
+		var ps *redis.PubSub
+		confirms := len(g)
+		switch s.kind {
+		case "subscribe":
+			ps = sub.Subscribe(ctx, g...)
+		case "psubscribe":
+			ps = sub.PSubscribe(ctx, strings.TrimSuffix(g[0], "0")+"*") // every channel of the group
+			confirms = 1
+		default:
+			ps = sub.SSubscribe(ctx, g...)
+		}
 		defer ps.Close()
-		for range g {
+		for range confirms {
 			msg, err := ps.ReceiveTimeout(ctx, 5*time.Second)
-			require.NoError(t, err, "%s: SSUBSCRIBE %v", name, g)
+			require.NoError(t, err, "%s: %s %v", name, s.kindName(), g)
 			sb, ok := msg.(*redis.Subscription)
-			require.True(t, ok, "%s: SSUBSCRIBE %v answered %v", name, g, msg)
-			require.Equal(t, "ssubscribe", sb.Kind)
+			require.True(t, ok, "%s: %s %v answered %v", name, s.kindName(), g, msg)
+			require.Equal(t, s.kindName(), sb.Kind)
 		}
 		all = append(all, g...)
 		for _, ch := range g {
@@ -220,7 +249,12 @@ func shardedPubSubRun(t *testing.T, name string, s *spSetup, newClient spClient)
 			pubAt[seq] = time.Now()
 			pubMu.Unlock()
 			for _, ch := range all {
-				err := pub.SPublish(ctx, ch, strconv.Itoa(seq)).Err()
+				var err error
+				if s.kind == "" {
+					err = pub.SPublish(ctx, ch, strconv.Itoa(seq)).Err()
+				} else {
+					err = pub.Publish(ctx, ch, strconv.Itoa(seq)).Err()
+				}
 				pubMu.Lock()
 				if err != nil {
 					if len(res.pubErrs) < 5 {
@@ -472,4 +506,51 @@ func TestClusterShardedOwnSunsubscribeIsNotAMove(t *testing.T) {
 	followed, unasked, _ = maint.ShardStats(g, opt)
 	assert.Equal(t, uint64(1), unasked)
 	assert.Equal(t, uint64(1), followed)
+}
+
+// TestClusterPlainPubSubThroughReshard: Subscribe and PSubscribe on a
+// ClusterClient keep delivering through a reshard that empties node A and
+// removes it (its connections, subscribers included, closed 200ms after the
+// SMIGRATED): 10 consecutive messages on every channel, one second after.
+func TestClusterPlainPubSubThroughReshard(t *testing.T) {
+	for _, kind := range []string{"subscribe", "psubscribe"} {
+		t.Run(kind, func(t *testing.T) {
+			for _, c := range []struct {
+				name string
+				mk   spClient
+			}{
+				{"no handler", spNoMaint},
+				{"maint (options route)", spMaint},
+			} {
+				emu, err := mainttest.New(mainttest.Config{Logf: t.Logf})
+				require.NoError(t, err)
+				cl, err := emu.NewCluster(mainttest.ClusterConfig{})
+				require.NoError(t, err)
+				a, b := cl.Nodes()[0], cl.Nodes()[1]
+				aSlots := mainttest.FormatSlots(cl.Slots(a))
+				groups, _ := spChannels("pp", func(s int) bool { return cl.Owner(s) == a }, spSlots/3+1)
+				setup := &spSetup{addrs: cl.Addrs(), dialer: emu.Dialer(), groups: groups, kind: kind,
+					migrate: func(ctx context.Context) error {
+						_, err := cl.MigrateSlots(mainttest.SlotMigration{From: a, To: b, Slots: aSlots,
+							Duration: 100 * time.Millisecond, RemoveSource: true, CloseAfter: 200 * time.Millisecond})
+						if err != nil {
+							return err
+						}
+						_, err = emu.WaitEvent(ctx, mainttest.IsKind(a, mainttest.KindRemovedClose))
+						return err
+					}}
+				r := shardedPubSubRun(t, c.name, setup, c.mk)
+				require.NoError(t, emu.Close())
+				if c.mk == nil || c.name == "no handler" {
+					continue // go-redis alone: logged, for comparison
+				}
+				for ch, n := range r.missing {
+					assert.Zero(t, n, "%s %s: %s missed %d of the %d messages checked", kind, r.name, ch, n, spChecked)
+				}
+				for ch, n := range r.dup {
+					assert.Zero(t, n, "%s %s: %s got %d messages twice", kind, r.name, ch, n)
+				}
+			}
+		})
+	}
 }

@@ -144,3 +144,31 @@ func TestRealClusterSunsubscribeBytes(t *testing.T) {
 	assert.NotEmpty(t, real, "redis-server pushed nothing when the slot moved")
 	assert.Equal(t, string(real), string(emulated), "the emulated cluster's sunsubscribe pushes differ from redis-server's")
 }
+
+// TestRealClusterPlainPubSubThroughReshard: Subscribe and PSubscribe on a
+// ClusterClient with maint keep delivering while a third of the subscribed
+// slots move between real servers.
+func TestRealClusterPlainPubSubThroughReshard(t *testing.T) {
+	rc := realClusterEnv(t)
+	for _, kind := range []string{"subscribe", "psubscribe"} {
+		groups, moving := spChannels("maint-rcpp-", func(s int) bool { return rc.owner(t, rc.a, s) == rc.a }, spSlots/3+1)
+		var slots []int
+		seen := map[int]bool{}
+		for ch := range moving {
+			if s := mainttest.KeySlot(ch); !seen[s] {
+				seen[s] = true
+				slots = append(slots, s)
+			}
+		}
+		setup := &spSetup{addrs: rc.addrs, groups: groups, kind: kind,
+			migrate: func(ctx context.Context) error { return rc.moveSlots(ctx, slots, rc.a, rc.b) }}
+		r := shardedPubSubRun(t, kind+" maint (options route)", setup, spMaint)
+		require.NoError(t, rc.moveSlots(context.Background(), slots, rc.b, rc.a), "moving the slots back")
+		for ch, n := range r.missing {
+			assert.Zero(t, n, "%s: %s missed %d of the %d messages checked", r.name, ch, n, spChecked)
+		}
+		for ch, n := range r.dup {
+			assert.Zero(t, n, "%s: %s got %d messages twice", r.name, ch, n)
+		}
+	}
+}
