@@ -59,6 +59,35 @@ func spInstrumented(t *testing.T) spClient {
 	}
 }
 
+// spClients are the clients of the proofs: go-redis alone, then maint by
+// both routes.
+func spClients(t *testing.T) []struct {
+	name string
+	mk   spClient
+} {
+	return []struct {
+		name string
+		mk   spClient
+	}{
+		{"no handler", spNoMaint},
+		{"maint (options route)", spMaint},
+		{"maint (Instrument)", spInstrumented(t)},
+	}
+}
+
+// movingSlots returns the slots of the moving channels.
+func movingSlots(moving map[string]bool) []int {
+	var slots []int
+	seen := map[int]bool{}
+	for ch := range moving {
+		if s := mainttest.KeySlot(ch); !seen[s] {
+			seen[s] = true
+			slots = append(slots, s)
+		}
+	}
+	return slots
+}
+
 // spSetup is the cluster of a run: its addresses, a dialer (the emulator's,
 // or nil), the channels of each subscribed slot, which of them move, and the
 // migration.
@@ -381,14 +410,7 @@ func emulatedShardProof(t *testing.T, push bool) {
 	var runs []*spResult
 	var setup *spSetup
 	var stats []string
-	for _, c := range []struct {
-		name string
-		mk   spClient
-	}{
-		{"no handler", spNoMaint},
-		{"maint (options route)", spMaint},
-		{"maint (Instrument)", spInstrumented(t)},
-	} {
+	for _, c := range spClients(t) {
 		emu, err := mainttest.New(mainttest.Config{Logf: t.Logf})
 		require.NoError(t, err)
 		cl, err := emu.NewCluster(mainttest.ClusterConfig{})

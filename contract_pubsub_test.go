@@ -170,6 +170,18 @@ func (p *psContract) delivers(t *testing.T, within time.Duration) bool {
 	return len(want) == 0
 }
 
+// breakConn closes the PubSub's connection under go-redis and returns the
+// address of the one go-redis makes in its place.
+func (p *psContract) breakConn(t *testing.T) string {
+	t.Helper()
+	cn, _, n := p.subDials.last()
+	require.NoError(t, cn.Close())
+	require.Eventually(t, func() bool { _, _, m := p.subDials.last(); return m == n+1 }, 5*time.Second, time.Millisecond,
+		"go-redis never reconnected")
+	_, addr, _ := p.subDials.last()
+	return addr
+}
+
 // ownerBy returns the address the ClusterClient's slot map gives channel.
 func ownerBy(t *testing.T, cc *redis.ClusterClient, channel string) string {
 	t.Helper()
@@ -218,10 +230,7 @@ func TestContractPubSubReconnectsThroughTheSlotMap(t *testing.T) {
 		assert.Equal(t, "sunsubscribe", p.nextSub(t, "the server's sunsubscribe").Kind)
 	}
 	require.Equal(t, p.a.Addr(), ownerBy(t, p.cc, p.channels[0]), "the slot map is not reloaded by a sunsubscribe")
-	cn, _, _ = p.subDials.last()
-	require.NoError(t, cn.Close())
-	require.Eventually(t, func() bool { _, _, n := p.subDials.last(); return n == dials+2 }, 5*time.Second, time.Millisecond)
-	_, addr, _ = p.subDials.last()
+	addr = p.breakConn(t)
 	assert.Equal(t, p.a.Addr(), addr, "go-redis reconnected by its slot map of that moment, to the old owner")
 	assert.False(t, p.delivers(t, 500*time.Millisecond), "a reconnect to the old owner delivered")
 	_, _, n = p.subDials.last()
@@ -232,10 +241,7 @@ func TestContractPubSubReconnectsThroughTheSlotMap(t *testing.T) {
 	p.cc.ReloadState(context.Background())
 	require.Eventually(t, func() bool { return ownerBy(t, p.cc, p.channels[0]) == p.b.Addr() }, 5*time.Second, time.Millisecond,
 		"ReloadState never showed the new owner through MasterForKey")
-	cn, _, _ = p.subDials.last()
-	require.NoError(t, cn.Close())
-	require.Eventually(t, func() bool { _, _, n := p.subDials.last(); return n == dials+3 }, 5*time.Second, time.Millisecond)
-	_, addr, _ = p.subDials.last()
+	addr = p.breakConn(t)
 	assert.Equal(t, p.b.Addr(), addr, "go-redis reconnected to the slot map's new owner")
 	assert.True(t, p.delivers(t, 5*time.Second), "every channel delivers after the reconnect to the new owner")
 }

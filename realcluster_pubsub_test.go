@@ -35,24 +35,10 @@ func realClusterEnv(t *testing.T) *realCluster {
 func TestRealClusterShardedPubSubFollowsSlot(t *testing.T) {
 	rc := realClusterEnv(t)
 	groups, moving := spChannels("maint-rcsp-", func(s int) bool { return rc.owner(t, rc.a, s) == rc.a }, spSlots/3+1)
-	var slots []int
-	seen := map[int]bool{}
-	for ch := range moving {
-		if s := mainttest.KeySlot(ch); !seen[s] {
-			seen[s] = true
-			slots = append(slots, s)
-		}
-	}
+	slots := movingSlots(moving)
 	setup := &spSetup{addrs: rc.addrs, groups: groups, moving: moving}
 	var runs []*spResult
-	for _, c := range []struct {
-		name string
-		mk   spClient
-	}{
-		{"no handler", spNoMaint},
-		{"maint (options route)", spMaint},
-		{"maint (Instrument)", spInstrumented(t)},
-	} {
+	for _, c := range spClients(t) {
 		setup.migrate = func(ctx context.Context) error { return rc.moveSlots(ctx, slots, rc.a, rc.b) }
 		runs = append(runs, shardedPubSubRun(t, c.name, setup, c.mk))
 		require.NoError(t, rc.moveSlots(context.Background(), slots, rc.b, rc.a), "moving the slots back")
@@ -152,14 +138,7 @@ func TestRealClusterPlainPubSubThroughReshard(t *testing.T) {
 	rc := realClusterEnv(t)
 	for _, kind := range []string{"subscribe", "psubscribe"} {
 		groups, moving := spChannels("maint-rcpp-", func(s int) bool { return rc.owner(t, rc.a, s) == rc.a }, spSlots/3+1)
-		var slots []int
-		seen := map[int]bool{}
-		for ch := range moving {
-			if s := mainttest.KeySlot(ch); !seen[s] {
-				seen[s] = true
-				slots = append(slots, s)
-			}
-		}
+		slots := movingSlots(moving)
 		setup := &spSetup{addrs: rc.addrs, groups: groups, kind: kind,
 			migrate: func(ctx context.Context) error { return rc.moveSlots(ctx, slots, rc.a, rc.b) }}
 		r := shardedPubSubRun(t, kind+" maint (options route)", setup, spMaint)
