@@ -220,6 +220,12 @@ func shardedPubSubRun(t *testing.T, name string, s *spSetup, newClient spClient)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for _, g := range s.groups {
+		all = append(all, g...)
+		for _, ch := range g {
+			got[ch] = map[int]int{}
+		}
+	}
+	for _, g := range s.groups {
 		var ps *redis.PubSub
 		confirms := len(g)
 		switch s.kind {
@@ -239,10 +245,6 @@ func shardedPubSubRun(t *testing.T, name string, s *spSetup, newClient spClient)
 			require.True(t, ok, "%s: %s %v answered %v", name, s.kindName(), g, msg)
 			require.Equal(t, s.kindName(), sb.Kind)
 		}
-		all = append(all, g...)
-		for _, ch := range g {
-			got[ch] = map[int]int{}
-		}
 		msgs := ps.Channel()
 		wg.Add(1)
 		go func() {
@@ -253,7 +255,9 @@ func shardedPubSubRun(t *testing.T, name string, s *spSetup, newClient spClient)
 					continue
 				}
 				mu.Lock()
-				got[m.Channel][n]++
+				if seqs := got[m.Channel]; seqs != nil {
+					seqs[n]++
+				}
 				mu.Unlock()
 			}
 		}()

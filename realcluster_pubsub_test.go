@@ -137,7 +137,7 @@ func TestRealClusterSunsubscribeBytes(t *testing.T) {
 func TestRealClusterPlainPubSubThroughReshard(t *testing.T) {
 	rc := realClusterEnv(t)
 	for _, kind := range []string{"subscribe", "psubscribe"} {
-		groups, moving := spChannels("maint-rcpp-", func(s int) bool { return rc.owner(t, rc.a, s) == rc.a }, spSlots/3+1)
+		groups, moving := spChannels("maint-rc"+kind+"-", func(s int) bool { return rc.owner(t, rc.a, s) == rc.a }, spSlots/3+1)
 		slots := movingSlots(moving)
 		setup := &spSetup{addrs: rc.addrs, groups: groups, kind: kind,
 			migrate: func(ctx context.Context) error { return rc.moveSlots(ctx, slots, rc.a, rc.b) }}
