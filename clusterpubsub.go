@@ -81,9 +81,8 @@ const (
 	// atomic load and a slot lookup per subscribed slot).
 	shardPoll = 10 * time.Millisecond
 	// maxShardChannels bounds the channels a connection's record keeps;
-	// past it the record is incomplete and a moved slot may go unnoticed
-	// by the SMIGRATED path (the sunsubscribe path still checks the slots
-	// it knows).
+	// past it the record is incomplete and the connection is left alone
+	// (maint cannot tell whether go-redis could resubscribe it).
 	maxShardChannels = 4096
 	// maxShardChannelLen bounds a channel name kept in a record.
 	maxShardChannelLen = 512
@@ -99,8 +98,9 @@ type shardSubs struct {
 	// followed counts the subscriber connections closed because their slot
 	// moved; unasked counts the sunsubscribe pushes the application did not
 	// ask for; settled counts follows that ended with the slot map still
-	// giving the slots to the same node.
-	followed, unasked, settled atomic.Uint64
+	// giving the slots to the same node; spanning counts connections left
+	// alone because go-redis could not resubscribe them (several slots).
+	followed, unasked, settled, spanning atomic.Uint64
 }
 
 // bind lets the cluster's subscribers look at cc's slot map.
@@ -265,7 +265,8 @@ func (s *shardSubs) slotsMoved(m *Maint, ms []*Maint, moved func(src string, slo
 	only := func(c *conn, sl int) bool { return moved(c.t.addr, sl) }
 	var hit []*conn
 	for _, c := range subs {
-		for _, sl := range c.shardSlots() {
+		slots, _ := c.shardSlots()
+		for _, sl := range slots {
 			if only(c, sl.slot) {
 				hit = append(hit, c)
 				break
@@ -284,11 +285,12 @@ type shardSlot struct {
 	channel string
 }
 
-// shardSlots returns c's subscribed slots, one channel each.
-func (c *conn) shardSlots() []shardSlot {
+// shardSlots returns c's subscribed slots, one channel each, and whether
+// the record is complete.
+func (c *conn) shardSlots() ([]shardSlot, bool) {
 	rec := c.shard.Load()
 	if rec == nil {
-		return nil
+		return nil, true
 	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
@@ -300,7 +302,7 @@ func (c *conn) shardSlots() []shardSlot {
 			out = append(out, shardSlot{sl, ch})
 		}
 	}
-	return out
+	return out, !rec.incomplete
 }
 
 // followShards starts, on a goroutine of m, the follow of the subscriber
@@ -380,8 +382,19 @@ func (s *shardSubs) closeMoved(ctx context.Context, m *Maint, owners slotOwners,
 		if c.state.Load() == stateClosed {
 			continue
 		}
+		slots, complete := c.shardSlots()
+		if len(slots) > 1 || !complete {
+			// go-redis would resubscribe them all in one SSUBSCRIBE, which
+			// the server refuses across slots (CROSSSLOT): closing would
+			// lose the channels that did not move too.
+			s.spanning.Add(1)
+			m.logf("maint: sharded subscriber (%s) on %s: subscribed in %d slot(s) (record complete: %v); "+
+				"go-redis resubscribes them in one SSUBSCRIBE, which the server refuses across slots: left as it is",
+				why, c.t.addr, len(slots), complete)
+			continue
+		}
 		moved, to, sl := false, "", 0
-		for _, ss := range c.shardSlots() {
+		for _, ss := range slots {
 			if only != nil && !only(c, ss.slot) {
 				continue
 			}
@@ -407,11 +420,12 @@ func (s *shardSubs) closeMoved(ctx context.Context, m *Maint, owners slotOwners,
 
 // shardStats are what maint did for a cluster's sharded subscribers.
 type shardStats struct {
-	Followed, Unasked, Settled uint64
+	Followed, Unasked, Settled, Spanning uint64
 }
 
 func (s *shardSubs) stats() shardStats {
-	return shardStats{Followed: s.followed.Load(), Unasked: s.unasked.Load(), Settled: s.settled.Load()}
+	return shardStats{Followed: s.followed.Load(), Unasked: s.unasked.Load(), Settled: s.settled.Load(),
+		Spanning: s.spanning.Load()}
 }
 
 // shardMoves hands an SMIGRATED's moves, once acted on, to the sharded

@@ -438,8 +438,8 @@ func emulatedShardProof(t *testing.T, push bool) {
 				g := maint.NewGroup()
 				cc := g.NewClusterClient(opt)
 				return cc, func() {
-					f, u, st := maint.ShardStats(g, opt)
-					stats = append(stats, fmt.Sprintf("followed=%d unasked=%d settled=%d", f, u, st))
+					f, u, st, sp := maint.ShardStats(g, opt)
+					stats = append(stats, fmt.Sprintf("followed=%d unasked=%d settled=%d spanning=%d", f, u, st, sp))
 					_ = g.Close()
 				}
 			}
@@ -514,7 +514,7 @@ func TestClusterShardedOwnSunsubscribeIsNotAMove(t *testing.T) {
 	_, addr, n := dials.last()
 	assert.Equal(t, 1, n, "the PubSub reconnected after its own SUNSUBSCRIBE")
 	assert.Equal(t, a.Addr(), addr)
-	followed, unasked, _ := maint.ShardStats(g, opt)
+	followed, unasked, _, _ := maint.ShardStats(g, opt)
 	assert.Zero(t, unasked, "the application's own sunsubscribe confirmations taken for the server's")
 	assert.Zero(t, followed)
 
@@ -528,8 +528,8 @@ func TestClusterShardedOwnSunsubscribeIsNotAMove(t *testing.T) {
 	require.NoError(t, pub.SPublish(ctx, x, "2").Err())
 	recv("message", x)
 	// Counted just after the close go-redis recovered from.
-	require.Eventually(t, func() bool { f, _, _ := maint.ShardStats(g, opt); return f > 0 }, 5*time.Second, time.Millisecond)
-	followed, unasked, _ = maint.ShardStats(g, opt)
+	require.Eventually(t, func() bool { f, _, _, _ := maint.ShardStats(g, opt); return f > 0 }, 5*time.Second, time.Millisecond)
+	followed, unasked, _, _ = maint.ShardStats(g, opt)
 	assert.Equal(t, uint64(1), unasked)
 	assert.Equal(t, uint64(1), followed)
 }
@@ -579,4 +579,60 @@ func TestClusterPlainPubSubThroughReshard(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestClusterShardedPubSubAcrossSlotsIsLeftAlone: one PubSub subscribed in
+// two slots of one node (two SSubscribe calls). go-redis would resubscribe
+// both in one SSUBSCRIBE, refused across slots
+// (TestContractPubSubAcrossSlotsCannotResubscribe), so when one slot moves
+// maint leaves the connection alone: the channel whose slot stayed keeps
+// delivering.
+func TestClusterShardedPubSubAcrossSlotsIsLeftAlone(t *testing.T) {
+	ctx := context.Background()
+	emu, err := mainttest.New(mainttest.Config{Logf: t.Logf})
+	require.NoError(t, err)
+	defer emu.Close()
+	cl, err := emu.NewCluster(mainttest.ClusterConfig{})
+	require.NoError(t, err)
+	a, b := cl.Nodes()[0], cl.Nodes()[1]
+	var keys []string
+	for i := 0; len(keys) < 2; i++ {
+		k := "{span" + strconv.Itoa(i) + "}:c"
+		if cl.OwnerOf(k) == a && (len(keys) == 0 || mainttest.KeySlot(k) != mainttest.KeySlot(keys[0])) {
+			keys = append(keys, k)
+		}
+	}
+	moved, stays := keys[0], keys[1]
+	g := maint.NewGroup()
+	defer g.Close()
+	opt := &redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 3, Dialer: emu.Dialer()}
+	cc := g.NewClusterClient(opt)
+	defer cc.Close()
+	pub := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 3, Dialer: emu.Dialer()})
+	defer pub.Close()
+	ps := cc.SSubscribe(ctx, moved)
+	defer ps.Close()
+	require.NoError(t, ps.SSubscribe(ctx, stays))
+	msgs := ps.Channel()
+	deliver := func(ch string) bool {
+		for end := time.Now().Add(2 * time.Second); time.Now().Before(end); {
+			_ = pub.SPublish(ctx, ch, "m").Err()
+			select {
+			case m := <-msgs:
+				if m.Channel == ch {
+					return true
+				}
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		return false
+	}
+	require.True(t, deliver(moved))
+	require.True(t, deliver(stays))
+	require.NoError(t, cl.SetOwner(strconv.Itoa(mainttest.KeySlot(moved)), b))
+	require.Eventually(t, func() bool { _, _, _, sp := maint.ShardStats(g, opt); return sp > 0 }, 5*time.Second, time.Millisecond,
+		"maint never looked at the connection")
+	assert.True(t, deliver(stays), "the channel whose slot stayed stopped delivering")
+	followed, _, _, _ := maint.ShardStats(g, opt)
+	assert.Zero(t, followed, "maint closed a connection go-redis cannot resubscribe")
 }

@@ -18,15 +18,16 @@ func SetClusterGone(g *Group, d time.Duration) {
 
 // ShardStats returns what maint did for the sharded subscribers of the
 // cluster g configured with opt: connections closed because their slot
-// moved, sunsubscribe pushes the application did not ask for, and follows
-// that ended with the slots where they were.
-func ShardStats(g *Group, opt *redis.ClusterOptions) (followed, unasked, settled uint64) {
+// moved, sunsubscribe pushes the application did not ask for, follows
+// that ended with the slots where they were, and connections left alone
+// because they were subscribed in several slots.
+func ShardStats(g *Group, opt *redis.ClusterOptions) (followed, unasked, settled, spanning uint64) {
 	g.mu.Lock()
 	cs := g.clusters[opt]
 	g.mu.Unlock()
 	if cs == nil {
-		return 0, 0, 0
+		return 0, 0, 0, 0
 	}
 	st := cs.subs.stats()
-	return st.Followed, st.Unasked, st.Settled
+	return st.Followed, st.Unasked, st.Settled, st.Spanning
 }
