@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -59,20 +60,31 @@ func spInstrumented(t *testing.T) spClient {
 	}
 }
 
-// spClients are the clients of the proofs: go-redis alone, then maint by
-// both routes.
-func spClients(t *testing.T) []struct {
-	name string
-	mk   spClient
-} {
-	return []struct {
-		name string
-		mk   spClient
-	}{
-		{"no handler", spNoMaint},
-		{"maint (options route)", spMaint},
-		{"maint (Instrument)", spInstrumented(t)},
+// spCase is one client of a proof.
+type spCase struct {
+	name  string
+	mk    spClient
+	maint bool // maint is installed: every checked message must arrive
+}
+
+// spClients are the clients of the proofs: go-redis alone (its built-in
+// handler in its default mode, auto, and with emulated, also forced on),
+// then maint by both routes.
+func spClients(t *testing.T, emulated bool) []spCase {
+	cs := []spCase{{name: "no handler (go-redis's built-in: auto)", mk: spNoMaint}}
+	if emulated {
+		cs = append(cs, spCase{name: "go-redis's built-in handler (enabled)", mk: spBuiltin})
 	}
+	return append(cs,
+		spCase{name: "maint (options route)", mk: spMaint, maint: true},
+		spCase{name: "maint (Instrument)", mk: spInstrumented(t), maint: true})
+}
+
+// spBuiltin is a bare ClusterClient with go-redis's own maintenance
+// handler required on.
+func spBuiltin(opt *redis.ClusterOptions) (*redis.ClusterClient, func()) {
+	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeEnabled}
+	return redis.NewClusterClient(opt), func() {}
 }
 
 // movingSlots returns the slots of the moving channels.
@@ -114,6 +126,7 @@ func (s *spSetup) kindName() string {
 // second after the migration on.
 type spResult struct {
 	name      string
+	maint     bool           // maint was installed
 	missing   map[string]int // channel → checked messages that never arrived
 	dup       map[string]int // channel → checked messages that arrived twice
 	published int            // SPUBLISH calls that succeeded
@@ -385,12 +398,15 @@ func shardedPubSubRun(t *testing.T, name string, s *spSetup, newClient spClient)
 
 // spCheck asserts the proof: with maint every checked message arrived once;
 // without it, every moved channel lost messages and no other did.
-func spCheck(t *testing.T, s *spSetup, plain *spResult, withMaint ...*spResult) {
+func spCheck(t *testing.T, s *spSetup, runs []*spResult) {
 	t.Helper()
-	moved, still := plain.lost(s)
-	assert.Equal(t, len(s.moving), moved, "go-redis alone should lose every moved channel: %s", plain)
-	assert.Zero(t, still, "go-redis alone lost channels that did not move: %s", plain)
-	for _, r := range withMaint {
+	for _, r := range runs {
+		if !r.maint {
+			moved, still := r.lost(s)
+			assert.Equal(t, len(s.moving), moved, "go-redis alone should lose every moved channel: %s", r)
+			assert.Zero(t, still, "go-redis alone lost channels that did not move: %s", r)
+			continue
+		}
 		for ch, n := range r.missing {
 			assert.Zero(t, n, "%s: %s missed %d of the %d messages checked (moved: %v)", r.name, ch, n, spChecked, s.moving[ch])
 		}
@@ -414,7 +430,7 @@ func emulatedShardProof(t *testing.T, push bool) {
 	var runs []*spResult
 	var setup *spSetup
 	var stats []string
-	for _, c := range spClients(t) {
+	for _, c := range spClients(t, true) {
 		emu, err := mainttest.New(mainttest.Config{Logf: t.Logf})
 		require.NoError(t, err)
 		cl, err := emu.NewCluster(mainttest.ClusterConfig{})
@@ -444,11 +460,13 @@ func emulatedShardProof(t *testing.T, push bool) {
 				}
 			}
 		}
-		runs = append(runs, shardedPubSubRun(t, c.name, setup, mk))
+		r := shardedPubSubRun(t, c.name, setup, mk)
+		r.maint = c.maint
+		runs = append(runs, r)
 		require.NoError(t, emu.Close())
 	}
 	t.Logf("maint's sharded subscribers (options route): %v", stats)
-	spCheck(t, setup, runs[0], runs[1:]...)
+	spCheck(t, setup, runs)
 }
 
 // TestClusterShardedOwnSunsubscribeIsNotAMove: the confirmations of the
