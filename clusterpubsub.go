@@ -101,6 +101,46 @@ type shardSubs struct {
 	// giving the slots to the same node; spanning counts connections left
 	// alone because go-redis could not resubscribe them (several slots).
 	followed, unasked, settled, spanning atomic.Uint64
+
+	// recent are the slots whose subscribers maint closed lately, and the
+	// node they left: a connection that subscribes in one of them there
+	// within shardFollowFor is go-redis reconnecting (or a new PubSub) by a
+	// slot map that went stale again, and it meets MOVED; it follows the
+	// slot too. At most one entry per slot, each expiring.
+	recentMu sync.Mutex
+	recent   map[int]recentMove
+}
+
+// recentMove is a slot that left a node, until when it counts.
+type recentMove struct {
+	from  string
+	until time.Time
+}
+
+// noteMoved remembers that slot sl left from.
+func (s *shardSubs) noteMoved(sl int, from string) {
+	now := time.Now()
+	s.recentMu.Lock()
+	defer s.recentMu.Unlock()
+	if s.recent == nil {
+		s.recent = make(map[int]recentMove)
+	}
+	if len(s.recent) >= 64 {
+		for k, e := range s.recent {
+			if !now.Before(e.until) {
+				delete(s.recent, k)
+			}
+		}
+	}
+	s.recent[sl] = recentMove{from: from, until: now.Add(shardFollowFor)}
+}
+
+// movedAway reports whether slot sl left node from lately.
+func (s *shardSubs) movedAway(sl int, from string) bool {
+	s.recentMu.Lock()
+	defer s.recentMu.Unlock()
+	e, ok := s.recent[sl]
+	return ok && e.from == from && time.Now().Before(e.until)
 }
 
 // bind lets the cluster's subscribers look at cc's slot map.
@@ -208,6 +248,11 @@ func (c *conn) noteShardWrite(kind uint8, p []byte) {
 		}
 		return
 	}
+	stale := false
+	var cs *clusterState
+	if c.m != nil { // a bare conn in the unit tests has none
+		cs = c.m.s.cluster
+	}
 	for _, a := range args {
 		if _, ok := rec.chans[string(a)]; ok {
 			continue
@@ -216,7 +261,15 @@ func (c *conn) noteShardWrite(kind uint8, p []byte) {
 			rec.incomplete = true
 			continue
 		}
-		rec.chans[string(a)] = slot.Of(a)
+		sl := slot.Of(a)
+		rec.chans[string(a)] = sl
+		stale = stale || (cs != nil && c.t != nil && cs.subs.movedAway(sl, c.t.addr))
+	}
+	if stale {
+		// Subscribing where the slot just left: go-redis's slot map went
+		// stale again (or a new PubSub read it before the reload); the
+		// SSUBSCRIBE meets MOVED. Follow the slot from here too.
+		c.m.followShards(&cs.subs, []*conn{c}, nil, "SSUBSCRIBE on the node the slot just left")
 	}
 }
 
@@ -409,6 +462,7 @@ func (s *shardSubs) closeMoved(ctx context.Context, m *Maint, owners slotOwners,
 			continue
 		}
 		if c.closeWith(errShardMoved) {
+			s.noteMoved(sl, c.t.addr)
 			s.followed.Add(1)
 			m.emit(Event{Kind: EventRetire, Node: c.n.key, Count: 1,
 				Detail: "sharded subscriber (" + why + "): slot " + strconv.Itoa(sl) + " now at " + to +

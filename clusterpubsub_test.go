@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -653,4 +654,78 @@ func TestClusterShardedPubSubAcrossSlotsIsLeftAlone(t *testing.T) {
 	assert.True(t, deliver(stays), "the channel whose slot stayed stopped delivering")
 	followed, _, _, _ := maint.ShardStats(g, opt)
 	assert.Zero(t, followed, "maint closed a connection go-redis cannot resubscribe")
+}
+
+// TestClusterShardedStaleSlotMapIsFollowed: after maint moved a subscriber,
+// go-redis's slot map goes stale again (here: the application's
+// ClusterSlots serves the old map for a while) and a new PubSub subscribes on
+// the node the slot left, meeting MOVED, which go-redis never retries. The
+// SSUBSCRIBE written where the slot just left makes it follow the slot too,
+// once the map is right again.
+func TestClusterShardedStaleSlotMapIsFollowed(t *testing.T) {
+	ctx := context.Background()
+	emu, err := mainttest.New(mainttest.Config{Logf: t.Logf})
+	require.NoError(t, err)
+	defer emu.Close()
+	// Distinct ports: with ClusterSlots go-redis names loopback nodes ":port".
+	cl, err := emu.NewCluster(mainttest.ClusterConfig{Addrs: []string{"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"}})
+	require.NoError(t, err)
+	a, b := cl.Nodes()[0], cl.Nodes()[1]
+	name := func(ep *mainttest.Endpoint) string { _, port, _ := net.SplitHostPort(ep.Addr()); return ":" + port }
+	var tag string
+	for i := 0; ; i++ {
+		if tag = "stale" + strconv.Itoa(i); cl.OwnerOf(tag) == a {
+			break
+		}
+	}
+	x := "{" + tag + "}:x"
+	admin := redis.NewClient(&redis.Options{Addr: cl.Nodes()[2].Addr(), Protocol: 2})
+	defer admin.Close()
+	before, err := admin.ClusterSlots(ctx).Result()
+	require.NoError(t, err)
+	var stale atomic.Bool
+	g := maint.NewGroup()
+	defer g.Close()
+	opt := &redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 3, ClusterSlots: func(ctx context.Context) ([]redis.ClusterSlot, error) {
+		if stale.Load() {
+			return before, nil
+		}
+		return admin.ClusterSlots(ctx).Result()
+	}}
+	cc := g.NewClusterClient(opt)
+	defer cc.Close()
+	pub := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 3})
+	defer pub.Close()
+	deliver := func(ps *redis.PubSub, msgs <-chan *redis.Message) bool {
+		for end := time.Now().Add(5 * time.Second); time.Now().Before(end); {
+			_ = pub.SPublish(ctx, x, "m").Err()
+			select {
+			case m := <-msgs:
+				if m.Channel == x {
+					return true
+				}
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		return false
+	}
+
+	ps1 := cc.SSubscribe(ctx, x)
+	defer ps1.Close()
+	msgs1 := ps1.Channel()
+	require.True(t, deliver(ps1, msgs1))
+	require.NoError(t, cl.SetOwner(strconv.Itoa(mainttest.KeySlot(x)), b))
+	require.True(t, deliver(ps1, msgs1), "the first PubSub did not follow the slot")
+
+	// The map goes stale: go-redis sends the next SSUBSCRIBE of x to a.
+	stale.Store(true)
+	cc.ReloadState(ctx)
+	require.Eventually(t, func() bool { return ownerBy(t, cc, x) == name(a) }, 5*time.Second, time.Millisecond)
+	ps2 := cc.SSubscribe(ctx, x)
+	defer ps2.Close()
+	msgs2 := ps2.Channel()
+	stale.Store(false) // maint's next reload reads the truth
+	assert.True(t, deliver(ps2, msgs2), "the PubSub that subscribed by a stale slot map stayed silent")
+	followed, _, _, _ := maint.ShardStats(g, opt)
+	assert.Equal(t, uint64(2), followed)
 }
