@@ -226,6 +226,19 @@ func (c *conn) noteShardWrite(kind uint8, p []byte) {
 		}
 	}
 	_, args, err := resp.CommandName(p)
+	stale := false
+	var cs *clusterState
+	if c.m != nil { // a bare conn in the unit tests has none
+		cs = c.m.s.cluster
+	}
+	defer func() { // after the record's lock is let go
+		if stale {
+			// Subscribing where the slot just left: go-redis's slot map went
+			// stale again (or a new PubSub read it before the reload); the
+			// SSUBSCRIBE meets MOVED. Follow the slot from here too.
+			c.m.followShards(&cs.subs, []*conn{c}, nil, "SSUBSCRIBE on the node the slot just left")
+		}
+	}()
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	if err != nil {
@@ -248,11 +261,6 @@ func (c *conn) noteShardWrite(kind uint8, p []byte) {
 		}
 		return
 	}
-	stale := false
-	var cs *clusterState
-	if c.m != nil { // a bare conn in the unit tests has none
-		cs = c.m.s.cluster
-	}
 	for _, a := range args {
 		if _, ok := rec.chans[string(a)]; ok {
 			continue
@@ -264,12 +272,6 @@ func (c *conn) noteShardWrite(kind uint8, p []byte) {
 		sl := slot.Of(a)
 		rec.chans[string(a)] = sl
 		stale = stale || (cs != nil && c.t != nil && cs.subs.movedAway(sl, c.t.addr))
-	}
-	if stale {
-		// Subscribing where the slot just left: go-redis's slot map went
-		// stale again (or a new PubSub read it before the reload); the
-		// SSUBSCRIBE meets MOVED. Follow the slot from here too.
-		c.m.followShards(&cs.subs, []*conn{c}, nil, "SSUBSCRIBE on the node the slot just left")
 	}
 }
 
