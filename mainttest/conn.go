@@ -328,8 +328,11 @@ func (c *conn) forwardLoop(bw *bufio.Writer) {
 		c.mu.Unlock()
 
 		if c.ep.latencyAfterExecution() {
+			// The endpoint's lock before the connection's, never inside it:
+			// optIn and Stats take them in that order.
+			at := time.Now().Add(c.ep.latencyFor(it.name))
 			c.mu.Lock()
-			c.replyAt = append(c.replyAt, time.Now().Add(c.ep.latencyFor(it.name)))
+			c.replyAt = append(c.replyAt, at)
 			c.mu.Unlock()
 		} else if lat := c.ep.latencyFor(it.name); lat > 0 {
 			if bw.Flush() != nil {
