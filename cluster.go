@@ -69,6 +69,8 @@ type clusterState struct {
 	maps atomic.Uint64
 
 	c clusterCounters
+
+	subs shardSubs // sharded subscribers follow their slot (clusterpubsub.go)
 }
 
 // boundReload is one bound ClusterClient's reload.
@@ -372,6 +374,7 @@ func (cs *clusterState) onSMigrated(m *Maint, c *conn, nt resp.Notification) {
 	for _, mb := range emptied {
 		mb.m.retireEmptied(nt.Seq, "SMIGRATED left it with no slot", mb.rdb, maps)
 	}
+	cs.shardMoves(m, moves) // sharded subscribers of the moved slots follow them (clusterpubsub.go)
 }
 
 // parseMoves reads SMIGRATED triplets; bad says why they cannot be read

@@ -296,6 +296,9 @@ type conn struct {
 	lastBlocking atomic.Bool
 	lost         atomic.Bool
 	sub          atomic.Bool // a subscriber: its replies are pushes, it has nothing in flight
+	// shard is what the connection is subscribed to with SSUBSCRIBE, on a
+	// cluster node client; nil until one is written (clusterpubsub.go).
+	shard atomic.Pointer[shardConn]
 	// checking is set by SyscallConn, the pool's health check, and cleared by
 	// the next deadline or write: while set, a read must not block, because
 	// the check peeks with no deadline and a stripped notification would
@@ -371,6 +374,9 @@ func (c *conn) strip(name []byte) bool {
 	}
 	if !c.sub.Load() && isSubscription(name) {
 		c.sub.Store(true)
+	}
+	if len(name) == 12 && c.shard.Load() != nil && string(name) == "sunsubscribe" {
+		c.onSunsubscribe() // sharded pub/sub follows its slot (clusterpubsub.go)
 	}
 	return false
 }
@@ -452,6 +458,11 @@ func (c *conn) ioErr(err error, d *deadline) error {
 func (c *conn) Write(p []byte) (int, error) {
 	if c.checking.Load() {
 		c.checking.Store(false)
+	}
+	if c.m.s.cluster != nil { // sharded pub/sub follows its slot (clusterpubsub.go)
+		if k := shardCommand(p); k != shardNone {
+			c.noteShardWrite(k, p)
+		}
 	}
 	k := c.wr.Feed(p)
 	if k > 0 {

@@ -1,6 +1,10 @@
 package maint
 
-import "time"
+import (
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // SetClusterGone shortens, for tests, how long a cluster node client's
 // Maint must be quiet and out of the slot maps before the group forgets it
@@ -15,3 +19,19 @@ func SetClusterGone(g *Group, d time.Duration) {
 // GoRedisAddr is goRedisAddr, for the contract test that pins it to
 // go-redis's own address rewriting.
 var GoRedisAddr = goRedisAddr
+
+// ShardStats returns what maint did for the sharded subscribers of the
+// cluster g configured with opt: connections closed because their slot
+// moved, sunsubscribe pushes the application did not ask for, follows
+// that ended with the slots where they were, and connections left alone
+// because they were subscribed in several slots.
+func ShardStats(g *Group, opt *redis.ClusterOptions) (followed, unasked, settled, spanning uint64) {
+	g.mu.Lock()
+	cs := g.clusters[opt]
+	g.mu.Unlock()
+	if cs == nil {
+		return 0, 0, 0, 0
+	}
+	st := cs.subs.stats()
+	return st.Followed, st.Unasked, st.Settled, st.Spanning
+}

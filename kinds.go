@@ -212,6 +212,8 @@ func (g *Group) NewClusterClient(opt *redis.ClusterOptions) *redis.ClusterClient
 
 // bindCluster lets the cluster's node Maints reload cc's slot map.
 func bindCluster(cs *clusterState, cc *redis.ClusterClient) {
+	// Sharded subscribers look at cc's slot map (clusterpubsub.go).
+	cs.subs.bind(cc)
 	cs.bind(cc, func() { cc.ReloadState(context.Background()) }) // lazy: go-redis reloads on its own goroutine
 }
 

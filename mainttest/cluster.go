@@ -51,6 +51,8 @@ type Cluster struct {
 
 	mu   sync.Mutex // serialises topology changes
 	topo atomic.Pointer[topology]
+
+	shard shardPubSub // sharded pub/sub, each node's own (cluster_pubsub.go)
 }
 
 // topology is an immutable snapshot of the cluster's state; changes
@@ -362,7 +364,7 @@ func (cl *Cluster) SetOwner(slots string, ep *Endpoint) error {
 			delete(t.mig, s)
 		}
 	}
-	cl.topo.Store(t)
+	cl.setTopo(t) // sharded subscribers of moved slots are dropped
 	cl.mu.Unlock()
 	cl.e.event(Event{Endpoint: ep.addr, Kind: KindSlotOwner, Detail: "slots=" + FormatSlots(rs) + " notified=false"})
 	return nil
@@ -457,7 +459,7 @@ func (cl *Cluster) ReplaceNode(old, nw *Endpoint) error {
 		}
 	}
 	t.nodes[oi].removed = true
-	cl.topo.Store(t)
+	cl.setTopo(t) // sharded subscribers of moved slots are dropped
 	cl.mu.Unlock()
 	if len(rs) > 0 {
 		cl.e.event(Event{Endpoint: nw.addr, Kind: KindSlotOwner, Detail: "slots=" + FormatSlots(rs) + " from=" + old.addr + " notified=false"})

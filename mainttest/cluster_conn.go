@@ -144,6 +144,9 @@ func (m *clusterMember) command(c *conn, frame []byte, name string, args [][]byt
 		}
 		return frame, name, nil, true
 	}
+	if m.shardCommand(c, t, name, args) { // sharded pub/sub is the node's own (cluster_pubsub.go)
+		return nil, "", nil, false
+	}
 	keys := keysOf(cc.buf[:0], name, args)
 	cc.buf = keys[:0]
 	if len(keys) == 0 {

@@ -218,7 +218,7 @@ func (cl *Cluster) MigrateSlots(m SlotMigration) (seq int64, err error) {
 				triplets = append(triplets, resp.SlotMove{Src: from, Dst: to, Slots: FormatSlots(moved)})
 			}
 		}
-		cl.topo.Store(t)
+		cl.setTopo(t) // sharded subscribers of moved slots are dropped
 		remove := m.RemoveSource && len(t.slotsOf(src)) == 0
 		var rmErr error
 		if remove {

@@ -121,6 +121,9 @@ func (c *conn) shutdown(reason string, byEmulator bool) (owed int64, ok bool) {
 		ep.stats.ClosedAtWindowEnd++
 	}
 	ep.mu.Unlock()
+	if m := ep.cluster.Load(); m != nil {
+		m.cl.shard.forget(c) // its sharded subscriptions (cluster_pubsub.go)
+	}
 	c.e.event(Event{Endpoint: ep.addr, Kind: KindClose, Conn: c.id, Detail: fmt.Sprintf("%s owed=%d", reason, owed)})
 	return owed, true
 }
@@ -325,8 +328,11 @@ func (c *conn) forwardLoop(bw *bufio.Writer) {
 		c.mu.Unlock()
 
 		if c.ep.latencyAfterExecution() {
+			// The endpoint's lock before the connection's, never inside it:
+			// optIn and Stats take them in that order.
+			at := time.Now().Add(c.ep.latencyFor(it.name))
 			c.mu.Lock()
-			c.replyAt = append(c.replyAt, time.Now().Add(c.ep.latencyFor(it.name)))
+			c.replyAt = append(c.replyAt, at)
 			c.mu.Unlock()
 		} else if lat := c.ep.latencyFor(it.name); lat > 0 {
 			if bw.Flush() != nil {
