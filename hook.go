@@ -134,6 +134,9 @@ func (m *Maint) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if err != nil && errors.Is(err, redis.ErrPoolTimeout) {
 			err = m.poolRetry(ctx, func() error { return next(ctx, cmd) }, err)
 		}
+		if err != nil && errors.Is(err, errNotWritten) {
+			err = m.rerunNotWritten(ctx, func() error { return next(ctx, cmd) }, err)
+		}
 		if err != nil {
 			if a := m.away.Load(); a != nil {
 				if done, ferr := m.awayMoved(ctx, a, cmd, err); done {
@@ -192,6 +195,9 @@ func (m *Maint) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 		err := next(ctx, cmds)
 		if err != nil && errors.Is(err, redis.ErrPoolTimeout) {
 			err = m.poolRetry(ctx, func() error { return next(ctx, cmds) }, err)
+		}
+		if err != nil && errors.Is(err, errNotWritten) {
+			err = m.rerunNotWritten(ctx, func() error { return next(ctx, cmds) }, err)
 		}
 		return err
 	}
