@@ -83,7 +83,8 @@ func TestContractFailoverSwitchClosesConnInUseOnce(t *testing.T) {
 // records (as a net.Conn that defers the close while a reply is owed).
 type gateConn struct {
 	net.Conn
-	g *gate
+	g      *gate
+	closed atomic.Bool
 }
 
 type gate struct {
@@ -93,8 +94,8 @@ type gate struct {
 	reached      chan struct{}
 	open         chan struct{}
 	deferClose   bool
-	closed       atomic.Bool
-	writesClosed atomic.Int64 // Write calls after Close
+	closed       atomic.Bool  // go-redis called Close on one of the connections
+	writesClosed atomic.Int64 // Write calls on a connection after its Close
 }
 
 func newGate(addr string, deferClose bool) *gate {
@@ -134,13 +135,14 @@ func (c *gateConn) Read(p []byte) (int, error) {
 }
 
 func (c *gateConn) Write(p []byte) (int, error) {
-	if c.g.closed.Load() {
+	if c.closed.Load() {
 		c.g.writesClosed.Add(1)
 	}
 	return c.Conn.Write(p)
 }
 
 func (c *gateConn) Close() error {
+	c.closed.Store(true)
 	c.g.closed.Store(true)
 	if c.g.deferClose {
 		return nil

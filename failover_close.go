@@ -30,8 +30,18 @@ import (
 //     (go-redis sets the write deadline first, pool.Conn.WithWriter): the
 //     error says so (errNotWritten), and the Maint's ProcessHook runs the
 //     command again on a connection go-redis takes from its pool, which
-//     never hands out one it closed (rerunNotWritten). go-redis does not
-//     retry that error itself, whatever MaxRetries is.
+//     hands out no other it closed (rerunNotWritten). go-redis retries that
+//     error itself unless MaxRetries is -1 (it is a net.OpError).
+//   - go-redis is initialising it: it has written the handshake, or not
+//     yet. Written, the close waits for the handshake's replies as above,
+//     and go-redis hands the connection to the command all the same
+//     (initConn sets it IDLE over the CLOSED that Close set:
+//     TestContractFailoverSwitchHandsOutConnClosedInInit); its write then
+//     fails as above. Not yet written, go-redis fails the command with
+//     goRedisInitClosed before writing anything, whatever MaxRetries is,
+//     and the ProcessHook runs it again too; so when the close comes between
+//     the handshake and the command taking the connection
+//     (goRedisAcquireClosed).
 //
 // The close decision and a concurrent Write are ordered as the drain cap's
 // are (closeIfClosable): the state is marked closing before what is owed is
@@ -52,10 +62,24 @@ var failoverCloseCap = 10 * time.Second // a variable for tests
 // left, so running it again cannot run it twice.
 var errNotWritten = errors.New("maint: go-redis closed the connection at a failover before the command was written")
 
+// goRedisInitClosed is the error go-redis fails a command with when the
+// connection it dialled for it was closed before its handshake began
+// (initConn: the CREATED → INITIALIZING transition refused; the only state
+// transition on a command's path, before any write): at +switch-master,
+// pool.Filter closes a connection as soon as it is in the pool.
+const goRedisInitClosed = "invalid state transition"
+
+// goRedisAcquireClosed is the error go-redis fails a command with when the
+// connection it initialised for it was closed after the handshake and
+// before the command took it (initPooledConn: TryAcquire refused), before
+// the command wrote anything.
+const goRedisAcquireClosed = "redis: connection is not usable"
+
 // maxNotWrittenReruns bounds how often one command runs again after
-// errNotWritten: each time, a switch of the master caught it between the
-// pool and its write.
-const maxNotWrittenReruns = 3
+// errNotWritten: each time, go-redis handed it a connection it had closed
+// at a switch of the master, and then dropped that connection; a burst of
+// switches under load may hand one command several.
+const maxNotWrittenReruns = 8
 
 // failoverConn is a failover client's data-node connection: maint's conn
 // whose Close, while replies are owed, waits for them.
@@ -185,11 +209,27 @@ func (f *failoverConn) shut() {
 	f.conn.closeWith(errFailoverClosed)
 }
 
+// notWrittenErr reports whether err says that go-redis closed the
+// command's connection at a failover before the command was written.
+func (m *Maint) notWrittenErr(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, errNotWritten) {
+		return true
+	}
+	if m.s.failedOver == nil {
+		return false
+	}
+	s := err.Error()
+	return s == goRedisInitClosed || s == goRedisAcquireClosed
+}
+
 // rerunNotWritten runs a command again (again) while its error says that
-// go-redis closed its connection at a failover before it was written:
-// bounded by ctx and maxNotWrittenReruns.
+// go-redis closed its connection at a failover before it was written
+// (notWrittenErr): bounded by ctx and maxNotWrittenReruns.
 func (m *Maint) rerunNotWritten(ctx context.Context, again func() error, err error) error {
-	for i := 0; i < maxNotWrittenReruns && errors.Is(err, errNotWritten) && ctx.Err() == nil; i++ {
+	for i := 0; i < maxNotWrittenReruns && m.notWrittenErr(err) && ctx.Err() == nil; i++ {
 		m.c.notWrittenReruns.Add(1)
 		err = again()
 	}

@@ -167,7 +167,10 @@ func TestProcessHookRerunsWhatWasNotWritten(t *testing.T) {
 	require.NoError(t, next(ctx, redis.NewStatusCmd(ctx, "ping")))
 	assert.Equal(t, 3, calls, "run, and run again twice")
 
-	calls, fail = 0, []error{notWritten, notWritten, notWritten, notWritten, notWritten}
+	calls, fail = 0, nil
+	for i := 0; i <= maxNotWrittenReruns; i++ {
+		fail = append(fail, notWritten)
+	}
 	assert.ErrorIs(t, next(ctx, redis.NewStatusCmd(ctx, "ping")), errNotWritten)
 	assert.Equal(t, 1+maxNotWrittenReruns, calls, "runs again at most maxNotWrittenReruns times")
 
@@ -176,4 +179,26 @@ func TestProcessHookRerunsWhatWasNotWritten(t *testing.T) {
 	assert.ErrorIs(t, next(ctx, redis.NewStatusCmd(ctx, "ping")), other)
 	assert.Equal(t, 1, calls, "another error: not run again")
 	assert.EqualValues(t, 2+maxNotWrittenReruns, m.Stats().NotWrittenReruns)
+
+	// go-redis's initConn refusing a connection closed before its
+	// handshake: run again by a failover Maint only.
+	initClosed, acquireClosed := errors.New(goRedisInitClosed), errors.New(goRedisAcquireClosed)
+	calls, fail = 0, []error{initClosed}
+	assert.ErrorIs(t, next(ctx, redis.NewStatusCmd(ctx, "ping")), initClosed)
+	assert.Equal(t, 1, calls, "not a failover Maint: not run again")
+	fm := New()
+	defer fm.Close()
+	setFailover(fm)
+	calls, fail = 0, []error{initClosed, acquireClosed}
+	fnext := fm.ProcessHook(func(ctx context.Context, cmd redis.Cmder) error {
+		calls++
+		if len(fail) > 0 {
+			err := fail[0]
+			fail = fail[1:]
+			return err
+		}
+		return nil
+	})
+	require.NoError(t, fnext(ctx, redis.NewStatusCmd(ctx, "ping")))
+	assert.Equal(t, 3, calls, "a failover Maint runs it again")
 }

@@ -134,7 +134,7 @@ func (m *Maint) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if err != nil && errors.Is(err, redis.ErrPoolTimeout) {
 			err = m.poolRetry(ctx, func() error { return next(ctx, cmd) }, err)
 		}
-		if err != nil && errors.Is(err, errNotWritten) {
+		if err != nil && m.notWrittenErr(err) {
 			err = m.rerunNotWritten(ctx, func() error { return next(ctx, cmd) }, err)
 		}
 		if err != nil {
@@ -196,7 +196,7 @@ func (m *Maint) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 		if err != nil && errors.Is(err, redis.ErrPoolTimeout) {
 			err = m.poolRetry(ctx, func() error { return next(ctx, cmds) }, err)
 		}
-		if err != nil && errors.Is(err, errNotWritten) {
+		if err != nil && m.notWrittenErr(err) {
 			err = m.rerunNotWritten(ctx, func() error { return next(ctx, cmds) }, err)
 		}
 		return err
