@@ -32,7 +32,11 @@ func configure(m *Maint, opt *redis.Options) {
 	// application's hooks and Limiter would see (go-redis issue #3853).
 	// Required adds a check in OnConnect, where a refusal fails the
 	// connection before the application's command is written.
-	opt.Dialer = m.dialWith(base, dialOpts{tls: tlsOn, inject: m.s.handshake != HandshakeOff && !resp2})
+	o := dialOpts{tls: tlsOn, inject: m.s.handshake != HandshakeOff && !resp2}
+	if tlsOn {
+		o.tlsName = opt.TLSConfig.ServerName
+	}
+	opt.Dialer = m.dialWith(base, o)
 
 	prev := opt.OnConnect
 	required := m.s.handshake == HandshakeRequired && !resp2
