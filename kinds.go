@@ -76,6 +76,8 @@ type member struct {
 	// quiet is when the sweeper first saw the member with no command and no
 	// connection (zero: not quiet).
 	quiet time.Time
+	// gone: forgotten (guarded by the group's mu).
+	gone bool
 }
 
 // NewGroup returns an empty Group whose Maints are created with opts.
@@ -430,9 +432,16 @@ func (g *Group) sweep(now time.Time) {
 	}
 }
 
-// forget closes mb's Maint and drops it, keeping its counters.
+// forget closes mb's Maint and drops it, keeping its counters. The Maint
+// is closed before the group's observers are unsubscribed from it, so that
+// what its Close reports (a relaxed node's RelaxOff) reaches them.
 func (g *Group) forget(mb *member) {
 	g.mu.Lock()
+	if mb.gone {
+		g.mu.Unlock()
+		return
+	}
+	mb.gone = true
 	for i, x := range g.ms {
 		if x == mb {
 			g.ms = append(g.ms[:i:i], g.ms[i+1:]...)
@@ -442,19 +451,22 @@ func (g *Group) forget(mb *member) {
 	if mb.cli != nil && g.byCli[mb.cli] == mb {
 		delete(g.byCli, mb.cli)
 	}
-	for _, cs := range g.obs.fs { // the observers' subscriptions to mb go with it
-		if c := cs[mb.m]; c != nil {
-			c()
-			delete(cs, mb.m)
-		}
-	}
-	g.detachLocked(mb.m)
 	g.mu.Unlock()
 	_ = mb.m.Close()
 	st := mb.m.Stats()
 	g.mu.Lock()
+	var cancels []func()
+	for _, cs := range g.obs.fs { // the observers' subscriptions to mb go with it
+		if c := cs[mb.m]; c != nil {
+			cancels = append(cancels, c)
+		}
+	}
+	g.detachLocked(mb.m)
 	g.retired.add(st)
 	g.mu.Unlock()
+	for _, c := range cancels {
+		c()
+	}
 }
 
 // Maints returns the Maints of the group's live clients.
