@@ -155,6 +155,10 @@ func (f *failoverConn) Close() error {
 	if f.closeWanted.Swap(true) {
 		return nil
 	}
+	if !f.m.addDeferred(f) {
+		f.shut() // the Maint is closed: no wait outlives it
+		return nil
+	}
 	f.timer.Store(time.AfterFunc(failoverCloseCap, f.shut))
 	// The reply may have been read between the check and the flag.
 	if f.conn.owed() == 0 {
@@ -203,6 +207,9 @@ func (f *failoverConn) shut() {
 	if t := f.timer.Load(); t != nil {
 		t.Stop()
 	}
+	f.m.mu.Lock()
+	delete(f.m.deferred, f)
+	f.m.mu.Unlock()
 	if f.conn.owed() == 0 {
 		f.closedClean.Store(true)
 	}
@@ -223,6 +230,21 @@ func (m *Maint) notWrittenErr(err error) bool {
 	}
 	s := err.Error()
 	return s == goRedisInitClosed || s == goRedisAcquireClosed
+}
+
+// addDeferred records f, whose close waits for owed replies, unless the
+// Maint is closed.
+func (m *Maint) addDeferred(f *failoverConn) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return false
+	}
+	if m.deferred == nil {
+		m.deferred = make(map[*failoverConn]struct{})
+	}
+	m.deferred[f] = struct{}{}
+	return true
 }
 
 // rerunNotWritten runs a command again (again) while its error says that

@@ -202,3 +202,26 @@ func TestProcessHookRerunsWhatWasNotWritten(t *testing.T) {
 	require.NoError(t, fnext(ctx, redis.NewStatusCmd(ctx, "ping")))
 	assert.Equal(t, 3, calls, "a failover Maint runs it again")
 }
+
+// A close deferred for an owed reply ends with the Maint: Close closes the
+// connection and stops the cap's timer, and forgets it.
+func TestFailoverConnDeferredCloseEndsWithTheMaint(t *testing.T) {
+	m := New()
+	c, raw := wrapFlag(t, m, nil)
+	f := &failoverConn{conn: c}
+	_, err := f.Write([]byte("*1\r\n$4\r\nPING\r\n"))
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	require.False(t, closedRaw(raw), "deferred: a reply is owed")
+	require.NoError(t, m.Close())
+	assert.True(t, closedRaw(raw), "closed with the Maint")
+	assert.False(t, f.timer.Load().Stop(), "the cap's timer stopped")
+	assert.Empty(t, m.deferred)
+
+	c, raw = wrapFlag(t, m, nil) // the Maint is closed: no wait at all
+	f = &failoverConn{conn: c}
+	_, err = f.Write([]byte("*1\r\n$4\r\nPING\r\n"))
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	assert.True(t, closedRaw(raw), "closed at once by a closed Maint")
+}

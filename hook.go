@@ -60,6 +60,10 @@ type Maint struct {
 	hs map[string]*hsState
 	// configs are the options Configure claimed (see misuse.go).
 	configs []*maintnotifications.Config
+	// deferred are the failover connections whose close go-redis asked for
+	// and that wait for owed replies (failover_close.go): Close ends the
+	// wait. Guarded by mu.
+	deferred map[*failoverConn]struct{}
 
 	// Misuse detection (misuse.go).
 	sawCheck        atomic.Bool   // a pool health check reached a connection
@@ -373,6 +377,13 @@ func (m *Maint) Close() error {
 		}
 	}
 	m.endRelaxReports()
+	m.mu.Lock()
+	deferred := m.deferred
+	m.deferred = nil
+	m.mu.Unlock()
+	for f := range deferred {
+		f.shut()
+	}
 	m.wg.Wait()
 	return nil
 }

@@ -67,6 +67,9 @@ func (t *target) unpin(gen uint64) {
 // client holds to the node is concerned, whichever connection read it.
 type node struct {
 	key string
+	// failedOverSeq is 1 + the seq of the last FAILED_OVER probed for the
+	// node (failover_switch.go); 0: none.
+	failedOverSeq atomic.Int64
 
 	mu    sync.Mutex // guards the following
 	conns map[*conn]struct{}
