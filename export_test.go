@@ -11,3 +11,6 @@ func SetClusterGone(g *Group, d time.Duration) {
 	g.clusterGone = d
 	g.mu.Unlock()
 }
+
+// WatchedRings returns how many Rings g polls for shards that come up.
+func WatchedRings(g *Group) int { return g.watchedRings() }

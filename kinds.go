@@ -2,6 +2,7 @@ package maint
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -405,6 +406,10 @@ func (g *Group) sweep(now time.Time) {
 	dead, gone := g.deadAfter, g.clusterGone
 	g.mu.Unlock()
 	for _, r := range rings {
+		if ringClosed(g.ctx, r) {
+			g.unwatch(r)
+			continue
+		}
 		g.coverRing(r, false)
 	}
 	mnow := monoNow()
@@ -430,6 +435,34 @@ func (g *Group) sweep(now time.Time) {
 			g.forget(mb)
 		}
 	}
+}
+
+// ringClosed reports whether r is closed: no live shard (Len 0), and a
+// PING fails with ErrClosed (a Ring with no live shard answers it without
+// any I/O; a shard that came up meanwhile gets one PING, as its heartbeat
+// would: TestContractRingClosed).
+func ringClosed(ctx context.Context, r *redis.Ring) bool {
+	return r.Len() == 0 && errors.Is(r.Ping(ctx).Err(), redis.ErrClosed)
+}
+
+// unwatch stops polling r, a closed Ring.
+func (g *Group) unwatch(r *redis.Ring) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, x := range g.watched {
+		if x == r {
+			g.watched = append(g.watched[:i:i], g.watched[i+1:]...)
+			return
+		}
+	}
+}
+
+// watchedRings returns how many Rings the group polls for shards that come up
+// (for tests).
+func (g *Group) watchedRings() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.watched)
 }
 
 // forget closes mb's Maint and drops it, keeping its counters. The Maint
