@@ -226,3 +226,25 @@ func TestContractRingClosed(t *testing.T) {
 	assert.Zero(t, up.Len())
 	assert.ErrorIs(t, up.Ping(ctx).Err(), redis.ErrClosed)
 }
+
+// Contract (configure.go optionsInUse): redis.NewClient works on a copy of
+// the options it is given, filled with go-redis's defaults (the Dialer,
+// the network, the pool's and buffers' defaults), and rdb.Options() returns
+// that copy; the caller's options are left as they were. If this fails,
+// Configure can no longer tell a live client's options.
+func TestContractNewClientFillsOptions(t *testing.T) {
+	given := &redis.Options{Addr: "127.0.0.9:1"}
+	rdb := redis.NewClient(given)
+	defer rdb.Close()
+	o := rdb.Options()
+	assert.NotSame(t, given, o)
+	assert.Nil(t, given.Dialer, "the caller's options are not filled")
+	assert.NotNil(t, o.Dialer)
+	assert.NotEmpty(t, o.Network)
+	assert.Positive(t, o.PoolSize)
+	assert.Positive(t, o.PoolTimeout)
+	assert.NotZero(t, o.MinRetryBackoff)
+	assert.NotZero(t, o.MaxRetryBackoff)
+	assert.Positive(t, o.ReadBufferSize)
+	assert.Positive(t, o.WriteBufferSize)
+}
