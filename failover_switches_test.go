@@ -2,14 +2,10 @@ package maint_test
 
 import (
 	"context"
-	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/maintkit/maint"
@@ -62,55 +58,19 @@ func TestFailoverClientManySwitchesFailNothing(t *testing.T) {
 	}
 }
 
-// pipelinedIncr is a closed-loop load of pipelines of two INCRs of one key
-// per worker, every acknowledgement counted.
-type pipelinedIncr struct {
-	acked, failed []atomic.Int64
-	errs          sync.Map
-	cancel        context.CancelFunc
-	wg            sync.WaitGroup
-}
-
-func startPipelinedIncr(rdb *redis.Client, workers int, prefix string) *pipelinedIncr {
-	ctx, cancel := context.WithCancel(context.Background())
-	l := &pipelinedIncr{acked: make([]atomic.Int64, workers), failed: make([]atomic.Int64, workers), cancel: cancel}
-	for w := 0; w < workers; w++ {
-		l.wg.Add(1)
-		go func(w int) {
-			defer l.wg.Done()
-			key := prefix + strconv.Itoa(w)
-			for ctx.Err() == nil {
-				cmds, err := rdb.Pipelined(context.Background(), func(p redis.Pipeliner) error {
-					p.Incr(context.Background(), key)
-					p.Incr(context.Background(), key)
-					return nil
-				})
-				if err != nil {
-					l.failed[w].Add(1)
-					l.errs.Store(err.Error(), true)
-					continue
-				}
-				if got, n := l.acked[w].Add(2), cmds[1].(*redis.IntCmd).Val(); got != n {
-					l.errs.Store(key+": reply "+strconv.FormatInt(n, 10)+" for acknowledged INCR number "+strconv.FormatInt(got, 10), true)
-					l.acked[w].Store(n)
-				}
-			}
-		}(w)
-	}
-	return l
-}
-
-func (l *pipelinedIncr) stop() { l.cancel(); l.wg.Wait() }
-
-func (l *pipelinedIncr) check(t *testing.T, mr interface{ Get(string) (string, error) }, prefix string) {
-	t.Helper()
-	for w := range l.acked {
-		v, _ := mr.Get(prefix + strconv.Itoa(w))
-		final, _ := strconv.ParseInt(v, 10, 64)
-		assert.Equal(t, l.acked[w].Load(), final, "pipelined key %d: acknowledged INCRs and the final value", w)
-		assert.Zero(t, l.failed[w].Load(), "pipelines failed")
-	}
-	var errs []string
-	l.errs.Range(func(k, _ any) bool { errs = append(errs, k.(string)); return true })
-	assert.Empty(t, errs, "pipeline errors and replies that skipped a value")
+// startPipelinedIncr is startIncr with pipelines of two INCRs of the
+// worker's key.
+func startPipelinedIncr(rdb *redis.Client, workers int, prefix string) *incrLoad {
+	return startIncrOp(workers, prefix, 2, func(key string) (int64, error) {
+		ctx := context.Background()
+		cmds, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.Incr(ctx, key)
+			p.Incr(ctx, key)
+			return nil
+		})
+		if err != nil {
+			return 0, err
+		}
+		return cmds[1].(*redis.IntCmd).Val(), nil
+	})
 }
