@@ -120,3 +120,20 @@ func TestConfigureOnALiveClientsOptionsIsSaid(t *testing.T) {
 	_, said = ev2.first(maint.EventMisuse)
 	assert.False(t, said, "Configure before NewClient: %s", ev2)
 }
+
+// Two failover clients built from one FailoverOptions: the second would
+// have two Maints on its data-node connections, and this is said.
+func TestTwoFailoverClientsFromOneOptionsIsSaid(t *testing.T) {
+	ev := &eventLog{}
+	g := maint.NewGroup(maint.WithOnEvent(ev.add), maint.WithLogf(t.Logf))
+	defer g.Close()
+	opt := &redis.FailoverOptions{MasterName: "db", SentinelAddrs: []string{"127.0.0.9:1"}}
+	a := g.NewFailoverClient(opt)
+	defer a.Close()
+	_, said := ev.first(maint.EventMisuse)
+	require.False(t, said, "the first client: %s", ev)
+	b := g.NewFailoverClient(opt)
+	defer b.Close()
+	_, said = ev.first(maint.EventMisuse)
+	assert.True(t, said, "the second client from the same options: %s", ev)
+}
