@@ -15,7 +15,7 @@ import (
 // When the sentinels announce a new master (+switch-master), go-redis's
 // FailoverClient closes every pooled connection to the old one, those a
 // command holds included (sentinel.go onFailover, pool.Filter: cn.Close on
-// a connection not idle). Such a command is at one of two points:
+// a connection not idle). Such a command is at one of three points:
 //
 //   - It has written and waits for its reply. Closing the socket loses the
 //     reply: with MaxRetries -1 the command fails with "use of closed network
