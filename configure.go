@@ -20,6 +20,9 @@ func configure(m *Maint, opt *redis.Options) {
 	if !m.claim(opt) {
 		return
 	}
+	if optionsInUse(opt) {
+		m.emit(Event{Kind: EventMisuse, Detail: "Configure: these options are a live client's (rdb.Options(): go-redis has filled in its defaults): the connections it dialled before are not maint's, and it has no maint hook; configure the options before redis.NewClient (or use Group.Instrument on the client)"})
+	}
 
 	base := opt.Dialer
 	if base == nil {
@@ -33,7 +36,11 @@ func configure(m *Maint, opt *redis.Options) {
 	// Required adds a check in OnConnect, where a refusal fails the
 	// connection before the application's command is written.
 	optIn := m.s.optsIn(opt.Addr) // optin.go
-	opt.Dialer = m.dialWith(base, dialOpts{tls: tlsOn, inject: optIn && !resp2})
+	o := dialOpts{tls: tlsOn, inject: optIn && !resp2}
+	if tlsOn {
+		o.tlsName = opt.TLSConfig.ServerName
+	}
+	opt.Dialer = m.dialWith(base, o)
 
 	prev := opt.OnConnect
 	required := m.s.handshake == HandshakeRequired && optIn && !resp2
@@ -49,6 +56,15 @@ func configure(m *Maint, opt *redis.Options) {
 		}
 		return nil
 	}
+}
+
+// optionsInUse reports whether opt went through go-redis's NewClient
+// already (rdb.Options() returns that copy, the live client's own):
+// Options.init fills in the Dialer, the network and the pool's defaults,
+// which a caller's options rarely all set (TestContractNewClientFillsOptions).
+func optionsInUse(opt *redis.Options) bool {
+	return opt.Dialer != nil && opt.Network != "" && opt.PoolSize > 0 && opt.PoolTimeout > 0 &&
+		opt.MinRetryBackoff != 0 && opt.MaxRetryBackoff != 0 && opt.ReadBufferSize > 0 && opt.WriteBufferSize > 0
 }
 
 // requireOptIn fails a new connection whose endpoint refused the opt-in

@@ -213,3 +213,46 @@ func TestContractRingShards(t *testing.T) {
 	waitFor(t, "three more heartbeat rounds", 10*time.Second, func() bool { return pings(extra.Addr()) >= rounds+3 })
 	assert.Equal(t, n, activity(e.new.Addr()), "no heartbeat, command or dial reaches a dropped shard (the sweeper takes it for closed)")
 }
+
+// Contract (kinds.go ringClosed): a closed Ring has no live shard (Len 0)
+// and fails a PING with redis.ErrClosed; a Ring whose shards are all down
+// has Len 0 too but fails it otherwise, without any I/O. If this fails,
+// the Group cannot tell a closed instrumented Ring and polls it forever.
+func TestContractRingClosed(t *testing.T) {
+	ctx := context.Background()
+	down := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.9:1"}, HeartbeatFrequency: 10 * time.Millisecond})
+	defer down.Close()
+	waitFor(t, "the shard down", 5*time.Second, func() bool { return down.Len() == 0 })
+	err := down.Ping(ctx).Err()
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, redis.ErrClosed, "a Ring whose shards are down is not closed")
+
+	e := newEnv(t)
+	up := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": e.old.Addr()}})
+	require.NoError(t, up.Ping(ctx).Err())
+	require.NoError(t, up.Close())
+	assert.Zero(t, up.Len())
+	assert.ErrorIs(t, up.Ping(ctx).Err(), redis.ErrClosed)
+}
+
+// Contract (configure.go optionsInUse): redis.NewClient works on a copy of
+// the options it is given, filled with go-redis's defaults (the Dialer,
+// the network, the pool's and buffers' defaults), and rdb.Options() returns
+// that copy; the caller's options are left as they were. If this fails,
+// Configure can no longer tell a live client's options.
+func TestContractNewClientFillsOptions(t *testing.T) {
+	given := &redis.Options{Addr: "127.0.0.9:1"}
+	rdb := redis.NewClient(given)
+	defer rdb.Close()
+	o := rdb.Options()
+	assert.NotSame(t, given, o)
+	assert.Nil(t, given.Dialer, "the caller's options are not filled")
+	assert.NotNil(t, o.Dialer)
+	assert.NotEmpty(t, o.Network)
+	assert.Positive(t, o.PoolSize)
+	assert.Positive(t, o.PoolTimeout)
+	assert.NotZero(t, o.MinRetryBackoff)
+	assert.NotZero(t, o.MaxRetryBackoff)
+	assert.Positive(t, o.ReadBufferSize)
+	assert.Positive(t, o.WriteBufferSize)
+}

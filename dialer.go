@@ -43,6 +43,9 @@ func (m *Maint) innerDial(ctx context.Context, o dialOpts) bool {
 	}
 	dc.o.tls = dc.o.tls || o.tls
 	dc.o.inject = dc.o.inject || o.inject
+	if dc.o.tlsName == "" {
+		dc.o.tlsName = o.tlsName
+	}
 	return true
 }
 
@@ -55,6 +58,9 @@ func (m *Maint) dialVia(next dialFunc) dialFunc { return m.dialWith(next, dialOp
 type dialOpts struct {
 	tls    bool // the client uses TLS
 	inject bool // opt each connection in on the wire (handshake.go)
+	// tlsName is the client's TLSConfig.ServerName: the name go-redis's
+	// connections verify, when set (else the host of the address).
+	tlsName string
 }
 
 // dialWith is dialVia with what the options route knows.
@@ -122,10 +128,13 @@ func (m *Maint) dialWith(next dialFunc, o dialOpts) dialFunc {
 			if t.tlsOn.Load() && !tlsInspectable(raw) {
 				t.opaque.Store(true)
 			}
+			if !pinned {
+				t.learnTLSName(raw)
+			}
 			if pinned {
 				err := m.landing(via, remote)
 				if err == nil {
-					err = verifySuccessor(ctx, raw, addr)
+					err = verifySuccessor(ctx, raw, t.tlsName(opts))
 				}
 				if err != nil {
 					_ = raw.Close()
@@ -219,10 +228,47 @@ func tlsInspectable(c net.Conn) bool {
 	return ok
 }
 
+// tlsName is the name the target's connections verify, which a successor
+// must prove: what go-redis verifies, TLSConfig.ServerName when set (known
+// on the options route, else learned from the target's own connections),
+// else the host of the configured address.
+func (t *target) tlsName(o dialOpts) string {
+	if o.tlsName != "" {
+		return o.tlsName
+	}
+	if p := t.learnedName.Load(); p != nil {
+		return *p
+	}
+	host, _, err := net.SplitHostPort(t.addr)
+	if err != nil {
+		return t.addr
+	}
+	return host
+}
+
+// learnTLSName records the server name a TLS connection of the target (not
+// a successor's) sent and verified: crypto/tls sends TLSConfig.ServerName,
+// or the host dialled when it is empty (never an IP address).
+func (t *target) learnTLSName(raw net.Conn) {
+	tc, ok := raw.(interface{ ConnectionState() tls.ConnectionState })
+	if !ok {
+		return
+	}
+	st := tc.ConnectionState()
+	if !st.HandshakeComplete || st.ServerName == "" {
+		return
+	}
+	if p := t.learnedName.Load(); p == nil || *p != st.ServerName {
+		name := st.ServerName
+		t.learnedName.Store(&name)
+	}
+}
+
 // verifySuccessor makes a TLS connection to a successor prove the original
-// server name: a MOVING sends the client's credentials elsewhere, and only a
-// certificate valid for the name the application configured may receive them.
-func verifySuccessor(ctx context.Context, raw net.Conn, original string) error {
+// server name (name: see target.tlsName): a MOVING sends the client's
+// credentials elsewhere, and only a certificate valid for the name the
+// client verifies may receive them.
+func verifySuccessor(ctx context.Context, raw net.Conn, name string) error {
 	tc, ok := raw.(interface {
 		ConnectionState() tls.ConnectionState
 		HandshakeContext(context.Context) error
@@ -237,14 +283,10 @@ func verifySuccessor(ctx context.Context, raw net.Conn, original string) error {
 		}
 		st = tc.ConnectionState()
 	}
-	host, _, err := net.SplitHostPort(original)
-	if err != nil {
-		host = original
-	}
 	if len(st.PeerCertificates) == 0 {
 		return errors.New("no peer certificate")
 	}
-	return st.PeerCertificates[0].VerifyHostname(host)
+	return st.PeerCertificates[0].VerifyHostname(name)
 }
 
 // Connection states.

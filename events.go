@@ -207,6 +207,10 @@ type Stats struct {
 	// PoolRetries counts the further pool turns given to commands that
 	// timed out waiting for a connection while a node was relaxed.
 	PoolRetries uint64
+	// NotWrittenReruns counts the commands run again because go-redis
+	// closed their failover connection at a switch of the master after
+	// they took it from the pool and before they wrote to it.
+	NotWrittenReruns uint64
 	// Handshakes counts opt-ins maint wrote behind go-redis's HELLO;
 	// HandshakeErrors the ones answered with an error other than "no
 	// support" (not remembered).
@@ -237,6 +241,7 @@ func (s *Stats) add(o Stats) {
 	s.Unsupported += o.Unsupported
 	s.RefusedSuccessors += o.RefusedSuccessors
 	s.PoolRetries += o.PoolRetries
+	s.NotWrittenReruns += o.NotWrittenReruns
 	s.Handshakes += o.Handshakes
 	s.HandshakeErrors += o.HandshakeErrors
 	s.Probes += o.Probes
@@ -245,7 +250,7 @@ func (s *Stats) add(o Stats) {
 }
 
 type counters struct {
-	handshakes, handshakeErrors, poolRetries,
+	handshakes, handshakeErrors, poolRetries, notWrittenReruns,
 	notifications, malformed, replayed, oversize, refusedSuccessors, handoffs, retired, closedAtCap, busyAtCap, owedAtCap,
 	doomed, held, heldTimeouts, relaxations, unsupported,
 	probes, sparesTaken, sparesUnused atomic.Uint64
@@ -270,6 +275,7 @@ func (c *counters) snapshot() Stats {
 
 		RefusedSuccessors: c.refusedSuccessors.Load(),
 		PoolRetries:       c.poolRetries.Load(),
+		NotWrittenReruns:  c.notWrittenReruns.Load(),
 		Handshakes:        c.handshakes.Load(),
 		HandshakeErrors:   c.handshakeErrors.Load(),
 		Probes:            c.probes.Load(),

@@ -35,3 +35,6 @@ func ShardStats(g *Group, opt *redis.ClusterOptions) (followed, unasked, settled
 	st := cs.subs.stats()
 	return st.Followed, st.Unasked, st.Settled, st.Spanning
 }
+
+// WatchedRings returns how many Rings g polls for shards that come up.
+func WatchedRings(g *Group) int { return g.watchedRings() }

@@ -1,7 +1,11 @@
 package maint
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"net"
+	"runtime"
 	"sync/atomic"
 	"time"
 )
@@ -9,14 +13,41 @@ import (
 // A failover client's data-node connections, as go-redis gets them.
 //
 // When the sentinels announce a new master (+switch-master), go-redis's
-// FailoverClient closes every pooled connection to the old one, those in
-// use included (sentinel.go onFailover, pool.Filter: cn.Close on a used
-// connection). A command in flight there loses its reply: with MaxRetries
-// -1 it fails with "use of closed network connection"; with retries,
-// go-redis runs it again on the new master, and a write that ran on the old
-// one runs twice. A failoverConn closes such a connection once the replies
-// it owes are read (the command then completes, and go-redis closes the
-// connection as it puts it back), or after failoverCloseCap at most.
+// FailoverClient closes every pooled connection to the old one, those a
+// command holds included (sentinel.go onFailover, pool.Filter: cn.Close on
+// a connection not idle). Such a command is at one of three points:
+//
+//   - It has written and waits for its reply. Closing the socket loses the
+//     reply: with MaxRetries -1 the command fails with "use of closed network
+//     connection"; with retries a write that ran may run twice. A
+//     failoverConn closes such a connection once the replies it owes are
+//     read (the command then completes, and go-redis drops the connection
+//     as it puts it back), or after failoverCloseCap at most.
+//   - It has taken the connection from the pool and not written yet
+//     (TestContractFailoverSwitchClosesConnBeforeWrite). Its write must not
+//     reach the old master, which the sentinels no longer name; the socket
+//     is closed at once, and the write fails before any byte of it leaves
+//     (go-redis sets the write deadline first, pool.Conn.WithWriter): the
+//     error says so (errNotWritten), and the Maint's ProcessHook runs the
+//     command again on a connection go-redis takes from its pool, which
+//     hands out no other it closed (rerunNotWritten). go-redis retries that
+//     error itself unless MaxRetries is -1 (it is a net.OpError).
+//   - go-redis is initialising it: it has written the handshake, or not
+//     yet. Written, the close waits for the handshake's replies as above,
+//     and go-redis hands the connection to the command all the same
+//     (initConn sets it IDLE over the CLOSED that Close set:
+//     TestContractFailoverSwitchHandsOutConnClosedInInit); its write then
+//     fails as above. Not yet written, go-redis fails the command with
+//     goRedisInitClosed before writing anything, whatever MaxRetries is,
+//     and the ProcessHook runs it again too; so when the close comes between
+//     the handshake and the command taking the connection
+//     (goRedisAcquireClosed).
+//
+// The close decision and a concurrent Write are ordered as the drain cap's
+// are (closeIfClosable): the state is marked closing before what is owed is
+// read, and Write counts a command before it reads the state; so either the
+// decision sees the command (and defers the close) or the Write sees the
+// close (and keeps the command off the wire).
 //
 // go-redis closes a connection's socket once (pool.Conn.Close claims the
 // socket's generation), so the deferred close is the connection's own: its
@@ -26,12 +57,38 @@ import (
 // for owed replies.
 var failoverCloseCap = 10 * time.Second // a variable for tests
 
+// errNotWritten marks the error of a write on a failover connection that
+// go-redis closed before the command was written: nothing of the command
+// left, so running it again cannot run it twice.
+var errNotWritten = errors.New("maint: go-redis closed the connection at a failover before the command was written")
+
+// goRedisInitClosed is the error go-redis fails a command with when the
+// connection it dialled for it was closed before its handshake began
+// (initConn: the CREATED → INITIALIZING transition refused; the only state
+// transition on a command's path, before any write): at +switch-master,
+// pool.Filter closes a connection as soon as it is in the pool.
+const goRedisInitClosed = "invalid state transition"
+
+// goRedisAcquireClosed is the error go-redis fails a command with when the
+// connection it initialised for it was closed after the handshake and
+// before the command took it (initPooledConn: TryAcquire refused), before
+// the command wrote anything.
+const goRedisAcquireClosed = "redis: connection is not usable"
+
+// maxNotWrittenReruns bounds how often one command runs again after
+// errNotWritten: each time, go-redis handed it a connection it had closed
+// at a switch of the master, and then dropped that connection; a burst of
+// switches under load may hand one command several.
+const maxNotWrittenReruns = 8
+
 // failoverConn is a failover client's data-node connection: maint's conn
 // whose Close, while replies are owed, waits for them.
 type failoverConn struct {
 	*conn
 	closeWanted atomic.Bool
 	readFailed  atomic.Bool // a Read returned an error: go-redis gives up on the connection
+	closedClean atomic.Bool // closed at go-redis's request while owing nothing
+	timer       atomic.Pointer[time.Timer]
 }
 
 // wrapFailover wraps c, a connection maint watches, in a failoverConn;
@@ -51,25 +108,152 @@ func (f *failoverConn) Read(p []byte) (int, error) {
 		f.readFailed.Store(true)
 	}
 	if f.closeWanted.Load() && f.conn.owed() <= 0 {
-		_ = f.conn.Close()
+		f.shut()
 	}
 	return n, err
 }
 
+// Write writes as conn.Write does; a write that put nothing on the wire of
+// a connection closed while owing nothing says so (errNotWritten).
+func (f *failoverConn) Write(p []byte) (int, error) {
+	n, err := f.conn.Write(p)
+	if err != nil && n == 0 {
+		return 0, f.notWritten(err)
+	}
+	return n, err
+}
+
+// SetWriteDeadline sets the write deadline as conn's does. go-redis sets it
+// before it writes a command: failing, it says so (errNotWritten).
+func (f *failoverConn) SetWriteDeadline(t time.Time) error {
+	if err := f.conn.SetWriteDeadline(t); err != nil {
+		return f.notWritten(err)
+	}
+	return nil
+}
+
+// notWritten marks err, a write-side error, as errNotWritten if go-redis
+// had asked for the close and the socket was closed owing nothing: no
+// command written since is complete on the wire (a command counts once its
+// last byte is written, and one that is counted defers the close), so none
+// can have run.
+func (f *failoverConn) notWritten(err error) error {
+	if f.closedClean.Load() {
+		return fmt.Errorf("%w (%w)", errNotWritten, err)
+	}
+	return err
+}
+
 // Close closes the connection now if it owes no reply (or what it owes is
-// unknown, or one blocking command, which go-redis runs again safely), or if a read failed on it (go-redis gave up on it: a timeout);
-// otherwise when the replies are read, or at failoverCloseCap.
+// unknown, or one blocking command, which has not run to completion: see
+// owesOneBlocking), or if a read failed on it (go-redis gave up on it: a
+// timeout); otherwise when the replies are read, or at failoverCloseCap.
 func (f *failoverConn) Close() error {
-	if f.conn.closable() || f.conn.owesOneBlocking() || f.conn.owed() < 0 || f.readFailed.Load() {
-		return f.conn.Close()
+	if f.closeIfIdle() {
+		return nil
 	}
 	if f.closeWanted.Swap(true) {
 		return nil
 	}
-	time.AfterFunc(failoverCloseCap, func() { _ = f.conn.Close() })
+	if !f.m.addDeferred(f) {
+		f.shut() // the Maint is closed: no wait outlives it
+		return nil
+	}
+	f.timer.Store(time.AfterFunc(failoverCloseCap, f.shut))
 	// The reply may have been read between the check and the flag.
 	if f.conn.owed() == 0 {
-		return f.conn.Close()
+		f.shut()
 	}
 	return nil
+}
+
+// closeIfIdle closes the connection if nothing stops it (see Close),
+// ordered against a concurrent Write (see above), and reports whether it
+// is closed.
+func (f *failoverConn) closeIfIdle() bool {
+	c := f.conn
+	for {
+		s := c.state.Load()
+		switch s {
+		case stateClosed:
+			return true
+		case stateClosing:
+			runtime.Gosched() // a drain-cap decision: wait for its outcome
+			continue
+		}
+		if !c.state.CompareAndSwap(s, stateClosing) {
+			continue
+		}
+		ok := c.closable() || c.owesOneBlocking()
+		if owed := c.owed(); ok || owed < 0 || f.readFailed.Load() {
+			if owed == 0 {
+				f.closedClean.Store(true)
+			}
+			c.closeWith(errFailoverClosed)
+			return true
+		}
+		c.state.CompareAndSwap(stateClosing, s) // unless go-redis closed it meanwhile
+		return false
+	}
+}
+
+// errFailoverClosed is why a failover connection is closed: go-redis asked,
+// at a switch of the master.
+var errFailoverClosed = errors.New("maint: connection closed by go-redis at a switch of the master")
+
+// shut completes a close go-redis asked for while replies were owed, and
+// stops the cap's timer.
+func (f *failoverConn) shut() {
+	if t := f.timer.Load(); t != nil {
+		t.Stop()
+	}
+	f.m.mu.Lock()
+	delete(f.m.deferred, f)
+	f.m.mu.Unlock()
+	if f.conn.owed() == 0 {
+		f.closedClean.Store(true)
+	}
+	f.conn.closeWith(errFailoverClosed)
+}
+
+// notWrittenErr reports whether err says that go-redis closed the
+// command's connection at a failover before the command was written.
+func (m *Maint) notWrittenErr(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, errNotWritten) {
+		return true
+	}
+	if m.s.failedOver == nil {
+		return false
+	}
+	s := err.Error()
+	return s == goRedisInitClosed || s == goRedisAcquireClosed
+}
+
+// addDeferred records f, whose close waits for owed replies, unless the
+// Maint is closed.
+func (m *Maint) addDeferred(f *failoverConn) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return false
+	}
+	if m.deferred == nil {
+		m.deferred = make(map[*failoverConn]struct{})
+	}
+	m.deferred[f] = struct{}{}
+	return true
+}
+
+// rerunNotWritten runs a command again (again) while its error says that
+// go-redis closed its connection at a failover before it was written
+// (notWrittenErr): bounded by ctx and maxNotWrittenReruns.
+func (m *Maint) rerunNotWritten(ctx context.Context, again func() error, err error) error {
+	for i := 0; i < maxNotWrittenReruns && m.notWrittenErr(err) && ctx.Err() == nil; i++ {
+		m.c.notWrittenReruns.Add(1)
+		err = again()
+	}
+	return err
 }

@@ -2,10 +2,15 @@ package maint
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -17,6 +22,13 @@ type closeFlagConn struct {
 }
 
 func (c *closeFlagConn) Close() error { c.shut.Store(true); return nil }
+
+func (c *closeFlagConn) SetWriteDeadline(time.Time) error {
+	if c.shut.Load() {
+		return net.ErrClosed
+	}
+	return nil
+}
 
 // wrapFlag wraps a fake connection whose server sends script.
 func wrapFlag(t *testing.T, m *Maint, script []byte) (*conn, *closeFlagConn) {
@@ -74,4 +86,142 @@ func TestFailoverConnDefersCloseWhileOwed(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	assert.True(t, closedRaw(raw), "closed at the cap though the reply never came")
+}
+
+// A write on a failover connection that go-redis closed while it owed
+// nothing (at once, or once its replies were read) fails before it reaches
+// the wire and says so (errNotWritten); one closed with a reply owed (a
+// read failed on it) does not, nor does a write on a connection go-redis
+// did not close.
+func TestFailoverConnSaysWhatWasNotWritten(t *testing.T) {
+	m := New()
+	defer m.Close()
+	ping := []byte("*1\r\n$4\r\nPING\r\n")
+
+	c, raw := wrapFlag(t, m, nil)
+	f := &failoverConn{conn: c}
+	require.NoError(t, f.Close())
+	require.True(t, closedRaw(raw))
+	err := f.SetWriteDeadline(time.Now().Add(time.Second))
+	assert.ErrorIs(t, err, errNotWritten, "the write deadline of a command after the close")
+	n, err := f.Write(ping)
+	assert.Zero(t, n)
+	assert.ErrorIs(t, err, errNotWritten, "a command written after the close")
+	assert.Zero(t, raw.w.Len(), "bytes on the wire after the close")
+
+	// Closed while a reply is owed; go-redis goes on with the connection
+	// once the reply is read (initConn hands it out).
+	c, raw = wrapFlag(t, m, []byte("+PONG\r\n"))
+	f = &failoverConn{conn: c}
+	_, err = f.Write(ping)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	_, err = f.Read(make([]byte, 64))
+	require.NoError(t, err)
+	require.True(t, closedRaw(raw))
+	assert.False(t, f.timer.Load().Stop(), "the cap's timer stopped by the close")
+	_, err = f.Write(ping)
+	assert.ErrorIs(t, err, errNotWritten, "a command written after the deferred close")
+
+	// A read failed with a reply owed: closed at once, what was written
+	// may have run.
+	c, _ = wrapFlag(t, m, nil)
+	f = &failoverConn{conn: c}
+	_, err = f.Write(ping)
+	require.NoError(t, err)
+	_, err = f.Read(make([]byte, 64))
+	require.Error(t, err)
+	require.NoError(t, f.Close())
+	err = f.SetWriteDeadline(time.Now())
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, errNotWritten, "closed with a reply owed")
+
+	c, _ = wrapFlag(t, m, nil)
+	f = &failoverConn{conn: c}
+	require.NoError(t, f.conn.Close()) // not go-redis's close
+	_, err = f.Write(ping)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, errNotWritten, "a connection go-redis did not close")
+}
+
+// The ProcessHook runs a command again when its error is errNotWritten, at
+// most maxNotWrittenReruns times, and never for another error.
+func TestProcessHookRerunsWhatWasNotWritten(t *testing.T) {
+	m := New()
+	defer m.Close()
+	calls := 0
+	var fail []error
+	next := m.ProcessHook(func(ctx context.Context, cmd redis.Cmder) error {
+		calls++
+		if len(fail) > 0 {
+			err := fail[0]
+			fail = fail[1:]
+			return err
+		}
+		return nil
+	})
+	notWritten := fmt.Errorf("%w (%w)", errNotWritten, net.ErrClosed)
+	ctx := context.Background()
+
+	fail = []error{notWritten, notWritten}
+	require.NoError(t, next(ctx, redis.NewStatusCmd(ctx, "ping")))
+	assert.Equal(t, 3, calls, "run, and run again twice")
+
+	calls, fail = 0, nil
+	for i := 0; i <= maxNotWrittenReruns; i++ {
+		fail = append(fail, notWritten)
+	}
+	assert.ErrorIs(t, next(ctx, redis.NewStatusCmd(ctx, "ping")), errNotWritten)
+	assert.Equal(t, 1+maxNotWrittenReruns, calls, "runs again at most maxNotWrittenReruns times")
+
+	other := errors.New("use of closed network connection")
+	calls, fail = 0, []error{other}
+	assert.ErrorIs(t, next(ctx, redis.NewStatusCmd(ctx, "ping")), other)
+	assert.Equal(t, 1, calls, "another error: not run again")
+	assert.EqualValues(t, 2+maxNotWrittenReruns, m.Stats().NotWrittenReruns)
+
+	// go-redis's initConn refusing a connection closed before its
+	// handshake: run again by a failover Maint only.
+	initClosed, acquireClosed := errors.New(goRedisInitClosed), errors.New(goRedisAcquireClosed)
+	calls, fail = 0, []error{initClosed}
+	assert.ErrorIs(t, next(ctx, redis.NewStatusCmd(ctx, "ping")), initClosed)
+	assert.Equal(t, 1, calls, "not a failover Maint: not run again")
+	fm := New()
+	defer fm.Close()
+	setFailover(fm)
+	calls, fail = 0, []error{initClosed, acquireClosed}
+	fnext := fm.ProcessHook(func(ctx context.Context, cmd redis.Cmder) error {
+		calls++
+		if len(fail) > 0 {
+			err := fail[0]
+			fail = fail[1:]
+			return err
+		}
+		return nil
+	})
+	require.NoError(t, fnext(ctx, redis.NewStatusCmd(ctx, "ping")))
+	assert.Equal(t, 3, calls, "a failover Maint runs it again")
+}
+
+// A close deferred for an owed reply ends with the Maint: Close closes the
+// connection and stops the cap's timer, and forgets it.
+func TestFailoverConnDeferredCloseEndsWithTheMaint(t *testing.T) {
+	m := New()
+	c, raw := wrapFlag(t, m, nil)
+	f := &failoverConn{conn: c}
+	_, err := f.Write([]byte("*1\r\n$4\r\nPING\r\n"))
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	require.False(t, closedRaw(raw), "deferred: a reply is owed")
+	require.NoError(t, m.Close())
+	assert.True(t, closedRaw(raw), "closed with the Maint")
+	assert.False(t, f.timer.Load().Stop(), "the cap's timer stopped")
+	assert.Empty(t, m.deferred)
+
+	c, raw = wrapFlag(t, m, nil) // the Maint is closed: no wait at all
+	f = &failoverConn{conn: c}
+	_, err = f.Write([]byte("*1\r\n$4\r\nPING\r\n"))
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	assert.True(t, closedRaw(raw), "closed at once by a closed Maint")
 }

@@ -3,7 +3,6 @@ package maint
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 )
 
@@ -29,17 +28,13 @@ const failedOverProbeTimeout = 2 * time.Second
 // failedOverSwitch returns a failover Maint's FAILED_OVER handler: one
 // dial through the sentinels per node and notification (the server sends
 // FAILED_OVER on every opted-in connection), off the goroutine reading c.
+// The last notification probed is the node's own (node.failedOverSeq):
+// nothing outlives a node the Maint forgets.
 func failedOverSwitch() func(c *conn, seq int64) {
-	var mu sync.Mutex
-	probed := make(map[*node]int64) // the last seq probed per node: the masters the Maint saw
 	return func(c *conn, seq int64) {
-		mu.Lock()
-		if last, ok := probed[c.n]; ok && last == seq {
-			mu.Unlock()
+		if c.n.failedOverSeq.Swap(seq+1) == seq+1 {
 			return
 		}
-		probed[c.n] = seq
-		mu.Unlock()
 		failedOverProbe(c)
 	}
 }

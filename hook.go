@@ -62,6 +62,10 @@ type Maint struct {
 	hs map[string]*hsState
 	// configs are the options Configure claimed (see misuse.go).
 	configs []*maintnotifications.Config
+	// deferred are the failover connections whose close go-redis asked for
+	// and that wait for owed replies (failover_close.go): Close ends the
+	// wait. Guarded by mu.
+	deferred map[*failoverConn]struct{}
 
 	// Misuse detection (misuse.go).
 	sawCheck        atomic.Bool   // a pool health check reached a connection
@@ -140,6 +144,9 @@ func (m *Maint) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if err != nil && errors.Is(err, redis.ErrPoolTimeout) {
 			err = m.poolRetry(ctx, func() error { return next(ctx, cmd) }, err)
 		}
+		if err != nil && m.notWrittenErr(err) {
+			err = m.rerunNotWritten(ctx, func() error { return next(ctx, cmd) }, err)
+		}
 		if err != nil {
 			if cs := m.s.cluster; cs != nil {
 				if s := cs.serve.Load(); s != nil {
@@ -188,6 +195,9 @@ func (m *Maint) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 		err := next(ctx, cmds)
 		if err != nil && errors.Is(err, redis.ErrPoolTimeout) {
 			err = m.poolRetry(ctx, func() error { return next(ctx, cmds) }, err)
+		}
+		if err != nil && m.notWrittenErr(err) {
+			err = m.rerunNotWritten(ctx, func() error { return next(ctx, cmds) }, err)
 		}
 		if err != nil {
 			m.noteErr(err)
@@ -369,6 +379,13 @@ func (m *Maint) Close() error {
 		}
 	}
 	m.endRelaxReports()
+	m.mu.Lock()
+	deferred := m.deferred
+	m.deferred = nil
+	m.mu.Unlock()
+	for f := range deferred {
+		f.shut()
+	}
 	m.wg.Wait()
 	m.dropSpares()
 	return nil

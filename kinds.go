@@ -2,6 +2,7 @@ package maint
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -76,6 +77,8 @@ type member struct {
 	// quiet is when the sweeper first saw the member with no command and no
 	// connection (zero: not quiet).
 	quiet time.Time
+	// gone: forgotten (guarded by the group's mu).
+	gone bool
 }
 
 // NewGroup returns an empty Group whose Maints are created with opts.
@@ -406,6 +409,10 @@ func (g *Group) sweep(now time.Time) {
 	dead, gone := g.deadAfter, g.clusterGone
 	g.mu.Unlock()
 	for _, r := range rings {
+		if ringClosed(g.ctx, r) {
+			g.unwatch(r)
+			continue
+		}
 		g.coverRing(r, false)
 	}
 	mnow := monoNow()
@@ -433,9 +440,44 @@ func (g *Group) sweep(now time.Time) {
 	}
 }
 
-// forget closes mb's Maint and drops it, keeping its counters.
+// ringClosed reports whether r is closed: no live shard (Len 0), and a
+// PING fails with ErrClosed (a Ring with no live shard answers it without
+// any I/O; a shard that came up meanwhile gets one PING, as its heartbeat
+// would: TestContractRingClosed).
+func ringClosed(ctx context.Context, r *redis.Ring) bool {
+	return r.Len() == 0 && errors.Is(r.Ping(ctx).Err(), redis.ErrClosed)
+}
+
+// unwatch stops polling r, a closed Ring.
+func (g *Group) unwatch(r *redis.Ring) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, x := range g.watched {
+		if x == r {
+			g.watched = append(g.watched[:i:i], g.watched[i+1:]...)
+			return
+		}
+	}
+}
+
+// watchedRings returns how many Rings the group polls for shards that come up
+// (for tests).
+func (g *Group) watchedRings() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.watched)
+}
+
+// forget closes mb's Maint and drops it, keeping its counters. The Maint
+// is closed before the group's observers are unsubscribed from it, so that
+// what its Close reports (a relaxed node's RelaxOff) reaches them.
 func (g *Group) forget(mb *member) {
 	g.mu.Lock()
+	if mb.gone {
+		g.mu.Unlock()
+		return
+	}
+	mb.gone = true
 	for i, x := range g.ms {
 		if x == mb {
 			g.ms = append(g.ms[:i:i], g.ms[i+1:]...)
@@ -445,19 +487,22 @@ func (g *Group) forget(mb *member) {
 	if mb.cli != nil && g.byCli[mb.cli] == mb {
 		delete(g.byCli, mb.cli)
 	}
-	for _, cs := range g.obs.fs { // the observers' subscriptions to mb go with it
-		if c := cs[mb.m]; c != nil {
-			c()
-			delete(cs, mb.m)
-		}
-	}
-	g.detachLocked(mb.m)
 	g.mu.Unlock()
 	_ = mb.m.Close()
 	st := mb.m.Stats()
 	g.mu.Lock()
+	var cancels []func()
+	for _, cs := range g.obs.fs { // the observers' subscriptions to mb go with it
+		if c := cs[mb.m]; c != nil {
+			cancels = append(cancels, c)
+		}
+	}
+	g.detachLocked(mb.m)
 	g.retired.add(st)
 	g.mu.Unlock()
+	for _, c := range cancels {
+		c()
+	}
 }
 
 // Maints returns the Maints of the group's live clients.

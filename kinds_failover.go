@@ -242,6 +242,7 @@ func (g *Group) ConfigureFailover(opt *redis.FailoverOptions) redis.Hook {
 // already (then it returns nil).
 func configureFailover(g *Group, m *Maint, opt *redis.FailoverOptions) *sentinelSet {
 	if !claimKind(g, opt) {
+		m.emit(Event{Kind: EventMisuse, Detail: "these FailoverOptions were configured for another failover client already (their Dialer is that client's Maint's): a second client built from them has two Maints on its data-node connections; build each failover client from its own FailoverOptions"})
 		return nil
 	}
 	fs := newSentinelSet(opt)

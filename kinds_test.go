@@ -254,3 +254,23 @@ func TestInstrumentRingShardDownGetsMaintOnReturn(t *testing.T) {
 	e.new.RefuseNew(false)
 	waitFor(t, "a Maint for b", 10*time.Second, func() bool { return len(g.Maints()) == 2 })
 }
+
+// An instrumented Ring that is closed is no longer polled: the Group
+// stops watching it, and forgets its shards' Maints.
+func TestInstrumentedRingClosedIsNoLongerWatched(t *testing.T) {
+	e := newEnv(t)
+	g := maint.NewGroup(maint.WithLogf(t.Logf))
+	defer g.Close()
+	for i := 0; i < 3; i++ {
+		rng := redis.NewRing(ringOptions(map[string]string{"a": e.old.Addr()}))
+		require.NoError(t, g.Instrument(rng))
+		require.NoError(t, rng.Ping(context.Background()).Err())
+		require.NoError(t, rng.Close())
+	}
+	live := redis.NewRing(ringOptions(map[string]string{"a": e.new.Addr()}))
+	defer live.Close()
+	require.NoError(t, g.Instrument(live))
+	waitFor(t, "the closed Rings unwatched", 20*time.Second, func() bool { return maint.WatchedRings(g) == 1 })
+	waitFor(t, "the closed Rings' shard Maints forgotten", 20*time.Second, func() bool { return len(g.Maints()) == 1 })
+	require.NoError(t, live.Ping(context.Background()).Err())
+}

@@ -99,3 +99,41 @@ func TestVisibleHealthCheckSaysNothing(t *testing.T) {
 	_, ok := ev.first(maint.EventMisuse)
 	assert.False(t, ok)
 }
+
+// Configure on the options of a client that already exists (rdb.Options(),
+// the live client's own copy) says so once, as a misuse; Configure on
+// options not yet given to NewClient says nothing.
+func TestConfigureOnALiveClientsOptionsIsSaid(t *testing.T) {
+	ev := &eventLog{}
+	m := maint.New(maint.WithOnEvent(ev.add), maint.WithLogf(t.Logf))
+	defer m.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.9:1"})
+	defer rdb.Close()
+	m.Configure(rdb.Options())
+	_, said := ev.first(maint.EventMisuse)
+	assert.True(t, said, "Configure on rdb.Options(): %s", ev)
+
+	ev2 := &eventLog{}
+	m2 := maint.New(maint.WithOnEvent(ev2.add), maint.WithLogf(t.Logf))
+	defer m2.Close()
+	m2.Configure(&redis.Options{Addr: "127.0.0.9:1", Network: "tcp", PoolSize: 4, Dialer: (&net.Dialer{}).DialContext})
+	_, said = ev2.first(maint.EventMisuse)
+	assert.False(t, said, "Configure before NewClient: %s", ev2)
+}
+
+// Two failover clients built from one FailoverOptions: the second would
+// have two Maints on its data-node connections, and this is said.
+func TestTwoFailoverClientsFromOneOptionsIsSaid(t *testing.T) {
+	ev := &eventLog{}
+	g := maint.NewGroup(maint.WithOnEvent(ev.add), maint.WithLogf(t.Logf))
+	defer g.Close()
+	opt := &redis.FailoverOptions{MasterName: "db", SentinelAddrs: []string{"127.0.0.9:1"}}
+	a := g.NewFailoverClient(opt)
+	defer a.Close()
+	_, said := ev.first(maint.EventMisuse)
+	require.False(t, said, "the first client: %s", ev)
+	b := g.NewFailoverClient(opt)
+	defer b.Close()
+	_, said = ev.first(maint.EventMisuse)
+	assert.True(t, said, "the second client from the same options: %s", ev)
+}

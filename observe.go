@@ -48,11 +48,16 @@ func (g *Group) Observe(f func(Event)) (cancel func()) {
 	g.obs.fs[o] = make(map[*Maint]func())
 	g.mu.Unlock()
 	// From here on, attachLocked subscribes o to the Maints added; those
-	// already there are subscribed now (once each, whichever comes first).
-	for _, m := range g.Maints() {
+	// already there are subscribed now (once each, whichever comes first),
+	// unless forgotten meanwhile (forget has unsubscribed o from them, or
+	// will: a subscription made now would outlive it).
+	g.mu.Lock()
+	ms := append([]*member(nil), g.ms...)
+	g.mu.Unlock()
+	for _, mb := range ms {
 		g.mu.Lock()
-		if cs, ok := g.obs.fs[o]; ok && cs[m] == nil {
-			cs[m] = m.Observe(f)
+		if cs, ok := g.obs.fs[o]; ok && cs[mb.m] == nil && !mb.gone {
+			cs[mb.m] = mb.m.Observe(f)
 		}
 		g.mu.Unlock()
 	}

@@ -27,6 +27,14 @@ type incrLoad struct {
 }
 
 func startIncr(rdb *redis.Client, workers int, prefix string) *incrLoad {
+	return startIncrOp(workers, prefix, 1, func(key string) (int64, error) {
+		return rdb.Incr(context.Background(), key).Result()
+	})
+}
+
+// startIncrOp is startIncr with op as the load's unit: it applies step
+// INCRs to key and returns the value after the last.
+func startIncrOp(workers int, prefix string, step int64, op func(key string) (int64, error)) *incrLoad {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &incrLoad{acked: make([]atomic.Int64, workers), failed: make([]atomic.Int64, workers), cancel: cancel}
 	for w := 0; w < workers; w++ {
@@ -37,13 +45,13 @@ func startIncr(rdb *redis.Client, workers int, prefix string) *incrLoad {
 			for ctx.Err() == nil {
 				// Each command has its own context, not the load's: a
 				// command cut short by the test's stop would count as failed.
-				n, err := rdb.Incr(context.Background(), key).Result()
+				n, err := op(key)
 				if err != nil {
 					l.failed[w].Add(1)
 					l.errs.Store(err.Error(), true)
 					continue
 				}
-				if got := l.acked[w].Add(1); got != n {
+				if got := l.acked[w].Add(step); got != n {
 					l.errs.Store(fmt.Sprintf("%s: reply %d for acknowledged INCR number %d", key, n, got), true)
 					l.acked[w].Store(n)
 				}

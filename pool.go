@@ -17,7 +17,10 @@ type target struct {
 	// connection of the target hid its TLS state (a Dialer returning a
 	// wrapped *tls.Conn), so that a successor could not be verified.
 	tlsOn, opaque, warnedOpaque atomic.Bool
-	lastUse                     atomic.Int64 // mono: the last dial
+	// learnedName is the TLS server name the target's connections sent
+	// (see tlsName).
+	learnedName atomic.Pointer[string]
+	lastUse     atomic.Int64 // mono: the last dial
 	// conns counts the target's open connections: a target is never
 	// forgotten under them (a MOVING they read pins its successor here).
 	conns atomic.Int64
@@ -71,6 +74,9 @@ func (t *target) unpin(gen uint64) {
 // client holds to the node is concerned, whichever connection read it.
 type node struct {
 	key string
+	// failedOverSeq is 1 + the seq of the last FAILED_OVER probed for the
+	// node (failover_switch.go); 0: none.
+	failedOverSeq atomic.Int64
 
 	mu    sync.Mutex // guards the following
 	conns map[*conn]struct{}

@@ -14,7 +14,9 @@ import (
 // credentials, elsewhere. maint takes a successor only when:
 //   - it is a well-formed "host:port";
 //   - the application's AllowSuccessor accepts it, or, with no policy, it is
-//     not a loopback, link-local or unspecified address, unless the node that
+//     no cloud metadata endpoint (isMetadata: by address, and by the
+//     well-known names; a name is judged again where it lands), and not a
+//     loopback, link-local or unspecified address, unless the node that
 //     sent the MOVING is itself reached at such an address (a local test, a
 //     tunnel): a server must not be able to point the client at the
 //     client's own host or at a cloud metadata endpoint;
@@ -39,6 +41,9 @@ func (m *Maint) successor(c *conn, nt resp.Notification) string {
 			m.refuseSuccessor(c, nt.Seq, ep, "refused by AllowSuccessor")
 			return ""
 		}
+	} else if isMetadataAddr(ep) {
+		m.refuseSuccessor(c, nt.Seq, ep, "a cloud metadata endpoint")
+		return ""
 	} else if isLocalAddr(ep) && !isLocalAddr(c.n.key) {
 		m.refuseSuccessor(c, nt.Seq, ep, "a local address named by a remote node")
 		return ""
@@ -59,10 +64,16 @@ func (m *Maint) refuseSuccessor(c *conn, seq int64, ep, why string) {
 }
 
 // landing checks where a dial to a successor landed: a successor named by
-// host name must not resolve to a local address that an IP would not have
-// been allowed to be.
+// host name must not resolve to a cloud metadata endpoint, nor to a local
+// address that an IP would not have been allowed to be.
 func (m *Maint) landing(p *pin, remote string) error {
-	if m.s.allow != nil || p.fromLocal {
+	if m.s.allow != nil {
+		return nil
+	}
+	if isMetadataAddr(remote) {
+		return fmt.Errorf("%s resolves to the cloud metadata endpoint %s", p.addr, remote)
+	}
+	if p.fromLocal {
 		return nil
 	}
 	if !isLocalAddr(remote) {
@@ -103,4 +114,62 @@ func isLocal(host string) bool {
 func isLocalAddr(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
 	return err == nil && isLocal(host)
+}
+
+// Cloud metadata endpoints: the instance's own credentials are served
+// there, so a MOVING must never send the client (and its AUTH) to one,
+// whatever the address rule above says of its range.
+var (
+	metadataIPs = func() map[netip.Addr]bool {
+		m := map[netip.Addr]bool{}
+		for _, a := range []string{
+			"169.254.169.254", // AWS, GCP, Azure, Oracle Cloud, DigitalOcean, OpenStack: instance metadata
+			"169.254.170.2",   // AWS ECS task metadata and credentials
+			"169.254.170.23",  // AWS EKS Pod Identity agent
+			"169.254.0.23",    // Tencent Cloud metadata
+			"100.100.100.200", // Alibaba Cloud metadata
+			"168.63.129.16",   // Azure WireServer (platform agent)
+			"192.0.0.192",     // Oracle Cloud Classic, Cloud@Customer metadata
+			"fd00:ec2::254",   // AWS IMDS over IPv6
+		} {
+			m[netip.MustParseAddr(a)] = true
+		}
+		return m
+	}()
+	// awsServices is AWS's block of instance services over IPv6 (IMDS
+	// ::254, DNS ::253, NTP ::123, EKS Pod Identity ::23): never a node.
+	awsServices = netip.MustParsePrefix("fd00:ec2::/64")
+	// nat64 embeds an IPv4 address in IPv6 (RFC 6052's well-known prefix).
+	nat64 = netip.MustParsePrefix("64:ff9b::/96")
+)
+
+// metadataNames are the well-known host names of metadata endpoints (a
+// trailing dot and case aside).
+var metadataNames = map[string]bool{
+	"metadata.google.internal": true, // GCP
+	"metadata.goog":            true, // GCP
+	"metadata":                 true, // GCP's short name inside an instance
+	"instance-data":            true, // AWS's legacy name
+	"metadata.tencentyun.com":  true, // Tencent Cloud
+}
+
+// isMetadata reports whether host is a cloud metadata endpoint, by address
+// (IPv4, IPv4-mapped or NAT64-embedded IPv6, IPv6) or by a well-known name.
+func isMetadata(host string) bool {
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return metadataNames[strings.TrimSuffix(strings.ToLower(host), ".")]
+	}
+	ip = ip.Unmap().WithZone("")
+	if nat64.Contains(ip) {
+		b := ip.As16()
+		ip = netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})
+	}
+	return metadataIPs[ip] || awsServices.Contains(ip)
+}
+
+// isMetadataAddr is isMetadata for a "host:port".
+func isMetadataAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	return err == nil && isMetadata(host)
 }
