@@ -172,12 +172,18 @@ func (c *conn) setDeadline(t time.Time, read, write bool) error {
 			err = c.raw.SetWriteDeadline(t)
 		}
 		if c.n.epoch.Load() == e {
+			if err != nil && write {
+				return c.notWritten(err)
+			}
 			return err
 		}
 	}
 	err := c.apply(asked, read, write)
 	if c.n.epoch.Load() != e {
 		err = c.apply(asked, read, write)
+	}
+	if err != nil && write {
+		return c.notWritten(err)
 	}
 	return err
 }

@@ -380,6 +380,7 @@ type conn struct {
 
 	closeOnce  sync.Once
 	closeErr   atomic.Pointer[error] // why the Maint closed it
+	idleClosed atomic.Bool           // the Maint closed it owing nothing (notWritten)
 	peerClosed atomic.Bool           // a read met the server's close (io.EOF): see closedConn
 }
 
@@ -521,7 +522,7 @@ func (c *conn) Write(p []byte) (int, error) {
 	// command (and leaves the connection open) or is seen here, and the
 	// command stays off the wire (see closeIfClosable).
 	if s := c.state.Load(); s >= stateClosed && c.closedUnder() {
-		return 0, c.ioErr(net.ErrClosed, nil)
+		return 0, c.notWritten(c.ioErr(net.ErrClosed, nil))
 	}
 	if !c.m.sawCheck.Load() {
 		c.m.noteUnchecked(c)
@@ -590,7 +591,24 @@ func (c *conn) closeIfClosable(why error) (closed, owed, blocking bool) {
 		c.state.CompareAndSwap(stateClosing, s) // unless go-redis closed it meanwhile
 		return false, true, b
 	}
+	if c.owed() == 0 {
+		c.idleClosed.Store(true)
+	}
 	return c.closeWith(why), false, false
+}
+
+// notWritten marks err, a write-side error (a write, or the write deadline
+// go-redis sets before it), as errNotWritten when maint closed the
+// connection owing nothing: no command was complete on the wire since (the
+// close and Write are ordered, see closeIfClosable), so the command go-redis
+// was about to write never reached the server, and the process hooks run it
+// again (rerunNotWritten) rather than fail it. The connection is one that
+// go-redis took from the pool just before the drain cap closed it.
+func (c *conn) notWritten(err error) error {
+	if err != nil && c.idleClosed.Load() {
+		return fmt.Errorf("%w (%w)", errNotWritten, err)
+	}
+	return err
 }
 
 // closable reports whether maint may close the connection: it owes nothing

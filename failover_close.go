@@ -57,10 +57,11 @@ import (
 // for owed replies.
 var failoverCloseCap = 10 * time.Second // a variable for tests
 
-// errNotWritten marks the error of a write on a failover connection that
-// go-redis closed before the command was written: nothing of the command
-// left, so running it again cannot run it twice.
-var errNotWritten = errors.New("maint: go-redis closed the connection at a failover before the command was written")
+// errNotWritten marks the error of a write on a connection closed before
+// the command was written (go-redis closed it at a failover, or the drain
+// cap closed it idle just after go-redis took it from the pool): nothing of
+// the command left, so running it again cannot run it twice.
+var errNotWritten = errors.New("maint: the connection was closed before the command was written")
 
 // goRedisInitClosed is the error go-redis fails a command with when the
 // connection it dialled for it was closed before its handshake began
