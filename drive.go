@@ -21,7 +21,11 @@ type run struct {
 	t   *target // whose dials the handoff judges
 	h   *handoff.Handoff
 	gen uint64
-	seq int64
+	// relaxBound bounds the target's relaxation for this MOVING (relaxMoving)
+	// if the handoff never finishes: the window, its close grace and the
+	// hold budget.
+	relaxBound time.Time
+	seq        int64
 
 	kick     chan struct{} // a dial saw a replacement
 	replaced atomic.Bool   // set with the kick: the driver calls Replacement
@@ -139,7 +143,8 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 	})
 	r := &run{m: m, n: n, t: t, h: h, gen: gen, seq: nt.Seq,
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), changed: make(chan struct{}),
-		probed: make(chan bool, 1)}
+		probed:     make(chan bool, 1),
+		relaxBound: h.Deadline().Add(handoff.CloseGrace(window) + m.s.holdBudget)}
 	prev := n.run.Swap(r)
 	swapIn(&m.runs, prev, r)
 	// A pin to this node (an earlier MOVING named it) is kept: the node
@@ -156,6 +161,7 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 	if prev != nil {
 		prev.supersede()
 	}
+	m.relaxMoving(t, r.relaxBound)
 	m.c.handoffs.Add(1)
 	m.emit(Event{Kind: EventHandoff, Node: n.key, Seq: nt.Seq, Duration: window, Successor: successor,
 		Detail: fmt.Sprintf("identifying=%v", ident)})
@@ -600,6 +606,7 @@ func (r *run) apply(act handoff.Action) {
 			r.t.unpin(r.gen) // superseded, or closing: nothing to keep
 		}
 		m.endRun(r)
+		m.endMovingRelax(r.t, r.relaxBound)
 		m.emit(Event{Kind: EventHandoffDone, Node: r.n.key, Seq: r.seq})
 		r.emitReport()
 	}

@@ -24,6 +24,10 @@ type target struct {
 	// spare is a probe's connection that landed on a replacement, waiting
 	// for the next dial (spare.go).
 	spare atomic.Pointer[spare]
+	// relaxUntil (mono, 0 for none) relaxes every connection of the target,
+	// to the retiring node and to its successor alike, from a MOVING until
+	// its handoff ends (relax.go: relaxMoving).
+	relaxUntil atomic.Int64
 }
 
 // tlsOpaque reports whether the target uses TLS through connections whose

@@ -244,7 +244,7 @@ func normalTimeout(ctx context.Context, s *subject) error {
 			return fmt.Errorf("stalled command: want a timeout, got %v", err)
 		}
 		if isMaintTimeout(err) {
-			return fmt.Errorf("a timeout outside maintenance names maintenance: %v", err)
+			return fmt.Errorf("a timeout outside maintenance names maintenance (after %v): %v", d.Round(time.Millisecond), err)
 		}
 		best = min(best, d)
 	}
@@ -276,9 +276,8 @@ const (
 func TestNodeRedisTimeoutsRelaxedDuringMigratingAndMoving(t *testing.T) {
 	parallelTop(t)
 	scenario{
-		name:        "TestNodeRedisTimeoutsRelaxedDuringMigratingAndMoving",
-		criterion:   "50 ms timeout: 50 ms +20% before (short: 4x); at MIGRATING and at MOVING 2 s ±20%, a maintenance error",
-		knownDefect: "short timeouts not relaxed",
+		name:      "TestNodeRedisTimeoutsRelaxedDuringMigratingAndMoving",
+		criterion: "50 ms timeout: 50 ms +20% before (short: 4x); at MIGRATING and at MOVING 2 s ±20%, a maintenance error",
 		check: func(ctx context.Context, t *testing.T, w *world, col column) error {
 			s := w.client(t, col, params{timeout: nodeRedisNormal, relaxed: nodeRedisRelaxed, pool: 10})
 			if err := s.rdb.Ping(ctx).Err(); err != nil {
@@ -377,9 +376,8 @@ func TestNodeRedisConnectionHandoffOneNewConnection(t *testing.T) {
 		}
 		cases = append(cases, tcase{name, func(t *testing.T) {
 			scenario{
-				name:        "TestNodeRedisConnectionHandoffOneNewConnection/" + name,
-				criterion:   "1 connection in use: exactly 1 new connection, dialled and the old one closed before the window's end; SET/GET after",
-				knownDefect: "probe dials",
+				name:      "TestNodeRedisConnectionHandoffOneNewConnection/" + name,
+				criterion: "1 connection in use: exactly 1 new connection, dialled and the old one closed before the window's end; SET/GET after",
 				check: func(ctx context.Context, t *testing.T, w *world, col column) error {
 					ept := typ
 					if ept == "auto" {
@@ -588,7 +586,6 @@ func TestLettuceBlpopDuringRebindPushedLate(t *testing.T) {
 		name:            "TestLettuceBlpopDuringRebindPushedLate",
 		criterion:       "as above, LPUSH 6 s into the window: BLPOP returns the value",
 		controlsMayPass: "not doing worse than go-redis alone: the server keeps the blocked connection until the window's end",
-		knownDefect:     "BLPOP cut at the drain cap",
 		world: func(t *testing.T) *world {
 			return newWorld(t, false, func(p *phases) { p.movingTTL = 8 * time.Second })
 		},
