@@ -334,9 +334,9 @@ func stopTimer(t *time.Timer) {
 func (r *run) windowOver() bool { return !time.Now().Before(r.h.Deadline()) }
 
 // settle keeps a successor pin after the window while the configured
-// address still leads to the retired node: it probes the address through the
-// client's dial path and drops the pin as soon as a probe lands on the
-// successor (compared by the address a dial through the pin reached, so a
+// address still leads to the retired node: while the pool still dials
+// through the pin, it probes the address through the client's dial path and
+// drops the pin as soon as a probe lands on the successor (compared by the address a dial through the pin reached, so a
 // successor named by host name is recognised), when a later MOVING takes
 // over, or at the pin's own bound. The probes back off (one interval, then
 // twice as long each time): at most settleProbes for the pin's minute, one
@@ -362,7 +362,11 @@ func (r *run) settle(every time.Duration) {
 			return // a later MOVING took over, or the pin expired
 		}
 		over := !time.Now().Before(p.until)
-		if !over && probes < settleProbes {
+		if !over && probes < settleProbes && p.dialedAfter.Swap(false) {
+			// Only a pin the pool still dials through is worth a probe: one
+			// no dial uses after the window costs nothing until its bound,
+			// and a probe would be a connection beyond one per connection in
+			// use (node-redis's criterion).
 			probes++
 			over = r.probeSuccessor(p)
 		}

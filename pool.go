@@ -46,6 +46,9 @@ type pin struct {
 	// successor's address as the client's dial path resolves it, which a
 	// probe of the configured address is compared with (drive.go, settle).
 	landed atomic.Pointer[string]
+	// dialedAfter: a dial went through the pin after the window since the
+	// last probe (drive.go, settle): only then is the pin worth probing.
+	dialedAfter atomic.Bool
 	// fromLocal: the node that named it is reached at a local address, so
 	// a local successor is allowed (see successor.go).
 	fromLocal bool
