@@ -324,7 +324,8 @@ func TestNodeRedisTimeoutsRelaxedDuringMigratingAndMoving(t *testing.T) {
 // ends relaxation at MIGRATED; maint keeps it RelaxedTail (twice the
 // relaxed timeout, SE.Redis's default) after a completion and after a
 // handoff, by design, so every column is measured that long after each
-// action.
+// action. The client PINGs every 100 ms until then, so that it reads each
+// notification as it arrives, as node-redis does.
 func TestNodeRedisTimeoutsUnrelaxedAfterMigratedAndMoving(t *testing.T) {
 	parallelTop(t)
 	scenario{
@@ -337,10 +338,20 @@ func TestNodeRedisTimeoutsUnrelaxedAfterMigratedAndMoving(t *testing.T) {
 				return err
 			}
 			for _, typ := range []string{"migrate", "bind"} {
+				// node-redis reads a push as it arrives; a pooled go-redis
+				// client reads it when it uses the connection, so the
+				// client PINGs every 100 ms until the measurement (as in
+				// the handoff scenario): an idle client would read the
+				// completion only with the measured command, and its tail
+				// would start there.
+				tr := startTraffic(ctx, 1, 100*time.Millisecond, func(ctx context.Context, _, _ int) error { return s.rdb.Ping(ctx).Err() })
 				if err := w.action(ctx, typ, nil); err != nil {
-					return err
+					return errors.Join(err, tr.stop("pings"))
 				}
 				sleepCtx(ctx, 2*nodeRedisRelaxed)
+				if err := tr.stop("pings"); err != nil {
+					return fmt.Errorf("during %s: %w", typ, err)
+				}
 				if err := normalTimeout(ctx, s); err != nil {
 					return fmt.Errorf("after %s: %w", typ, err)
 				}
