@@ -226,8 +226,9 @@ func (c *conn) SetWriteDeadline(t time.Time) error { return c.setDeadline(t, fal
 // floor lower than what the socket has is left alone (a MOVING never
 // shortens a relaxed wait), and a deadline already raised is not raised
 // again (a MOVING during a MIGRATING does not stretch it either: the reply
-// is due RelaxedTimeout after relaxation first covered it). The node's epoch was bumped first, so a setter
-// racing with this call redoes its own work.
+// is due RelaxedTimeout after relaxation first covered it). The node's
+// epoch was bumped first, so a setter racing with this call redoes its own
+// work.
 func (c *conn) refloor() {
 	now := monoNow()
 	c.refloorOne(&c.rdl, now, true, c.raw.SetReadDeadline)

@@ -336,8 +336,9 @@ func (r *run) windowOver() bool { return !time.Now().Before(r.h.Deadline()) }
 // settle keeps a successor pin after the window while the configured
 // address still leads to the retired node: while the pool still dials
 // through the pin, it probes the address through the client's dial path and
-// drops the pin as soon as a probe lands on the successor (compared by the address a dial through the pin reached, so a
-// successor named by host name is recognised), when a later MOVING takes
+// drops the pin as soon as a probe lands on the successor (compared by the
+// address a dial through the pin reached, so a successor named by host name
+// is recognised), when a later MOVING takes
 // over, or at the pin's own bound. The probes back off (one interval, then
 // twice as long each time): at most settleProbes for the pin's minute, one
 // when DNS has moved by the window's end. A probe that lands on the
