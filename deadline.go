@@ -105,16 +105,19 @@ func (c *conn) floor(asked, now mono, read bool) mono {
 		return 0
 	}
 	draining := c.draining()
-	u := c.n.relaxUntil.Load()
-	if !draining && u == 0 {
+	u, tu := c.n.relaxUntil.Load(), c.t.relaxUntil.Load()
+	if !draining && u == 0 && tu == 0 {
 		return asked
 	}
 	if now == 0 {
 		now = monoNow()
 	}
-	relax := draining || now < u
-	if !draining && u != 0 && now >= u {
+	relax := draining || now < u || now < tu
+	if u != 0 && now >= u {
 		c.n.relaxUntil.CompareAndSwap(u, 0) // over: back to the cheap path
+	}
+	if tu != 0 && now >= tu {
+		c.t.relaxUntil.CompareAndSwap(tu, 0)
 	}
 	if !relax || c.m.s.relaxed < 0 || c.m.stopped.Load() {
 		return asked
@@ -155,7 +158,7 @@ func (c *conn) setDeadline(t time.Time, read, write bool) error {
 		c.wdl.asked.Store(asked)
 	}
 	e := c.n.epoch.Load()
-	if c.n.relaxUntil.Load() == 0 && !c.draining() {
+	if c.n.relaxUntil.Load() == 0 && c.t.relaxUntil.Load() == 0 && !c.draining() {
 		if read {
 			c.rdl.markAsAsked()
 		}
@@ -227,8 +230,11 @@ func (c *conn) SetWriteDeadline(t time.Time) error { return c.setDeadline(t, fal
 // again (a read that already failed must not be re-armed, and an idle
 // connection's stale probe deadline must not fail the next read), and a
 // floor lower than what the socket has is left alone (a MOVING never
-// shortens a relaxed wait). The node's epoch was bumped first, so a setter
-// racing with this call redoes its own work.
+// shortens a relaxed wait), and a deadline already raised is not raised
+// again (a MOVING during a MIGRATING does not stretch it either: the reply
+// is due RelaxedTimeout after relaxation first covered it). The node's
+// epoch was bumped first, so a setter racing with this call redoes its own
+// work.
 func (c *conn) refloor() {
 	now := monoNow()
 	c.refloorOne(&c.rdl, now, true, c.raw.SetReadDeadline)
@@ -249,7 +255,10 @@ func (c *conn) refloorOne(d *deadline, now mono, read bool, set func(time.Time) 
 	if raw == asAsked {
 		cur = asked
 	}
-	if cur == 0 || v <= cur || !d.applied.CompareAndSwap(raw, v) {
+	if cur == 0 || cur > asked || v <= cur || !d.applied.CompareAndSwap(raw, v) {
+		// No deadline, one already raised (a wait relaxed once is not
+		// stretched again by the next notification: its reply is due
+		// RelaxedTimeout after maintenance first covered it), or no longer.
 		return
 	}
 	_ = set(fromMono(v))

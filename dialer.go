@@ -145,6 +145,9 @@ func (m *Maint) dialWith(next dialFunc, o dialOpts) dialFunc {
 			}
 			if pinned {
 				via.landed.Store(&remote)
+				if !time.Now().Before(via.window) {
+					via.dialedAfter.Store(true)
+				}
 			}
 			if remote != "" {
 				t.lastRemote.Store(&remote)

@@ -21,7 +21,11 @@ type run struct {
 	t   *target // whose dials the handoff judges
 	h   *handoff.Handoff
 	gen uint64
-	seq int64
+	// relaxBound bounds the target's relaxation for this MOVING (relaxMoving)
+	// if the handoff never finishes: the window, its close grace and the
+	// hold budget.
+	relaxBound time.Time
+	seq        int64
 
 	kick     chan struct{} // a dial saw a replacement
 	replaced atomic.Bool   // set with the kick: the driver calls Replacement
@@ -140,7 +144,8 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 	})
 	r := &run{m: m, n: n, t: t, h: h, gen: gen, seq: nt.Seq,
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), changed: make(chan struct{}),
-		probed: make(chan bool, 1)}
+		probed:     make(chan bool, 1),
+		relaxBound: h.Deadline().Add(handoff.CloseGrace(window) + m.s.holdBudget)}
 	prev := n.run.Swap(r)
 	swapIn(&m.runs, prev, r)
 	// A pin to this node (an earlier MOVING named it) is kept: the node
@@ -157,6 +162,7 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 	if prev != nil {
 		prev.supersede()
 	}
+	m.relaxMoving(t, r.relaxBound)
 	m.c.handoffs.Add(1)
 	m.emit(Event{Kind: EventHandoff, Node: n.key, Seq: nt.Seq, Duration: window, Successor: successor,
 		Detail: fmt.Sprintf("identifying=%v", ident)})
@@ -329,10 +335,11 @@ func stopTimer(t *time.Timer) {
 func (r *run) windowOver() bool { return !time.Now().Before(r.h.Deadline()) }
 
 // settle keeps a successor pin after the window while the configured
-// address still leads to the retired node: it probes the address through the
-// client's dial path and drops the pin as soon as a probe lands on the
-// successor (compared by the address a dial through the pin reached, so a
-// successor named by host name is recognised), when a later MOVING takes
+// address still leads to the retired node: while the pool still dials
+// through the pin, it probes the address through the client's dial path and
+// drops the pin as soon as a probe lands on the successor (compared by the
+// address a dial through the pin reached, so a successor named by host name
+// is recognised), when a later MOVING takes
 // over, or at the pin's own bound. The probes back off (one interval, then
 // twice as long each time): at most settleProbes for the pin's minute, one
 // when DNS has moved by the window's end. A probe that lands on the
@@ -357,7 +364,11 @@ func (r *run) settle(every time.Duration) {
 			return // a later MOVING took over, or the pin expired
 		}
 		over := !time.Now().Before(p.until)
-		if !over && probes < settleProbes {
+		if !over && probes < settleProbes && p.dialedAfter.Swap(false) {
+			// Only a pin the pool still dials through is worth a probe: one
+			// no dial uses after the window costs nothing until its bound,
+			// and a probe would be a connection beyond one per connection in
+			// use (node-redis's criterion).
 			probes++
 			over = r.probeSuccessor(p)
 		}
@@ -601,6 +612,7 @@ func (r *run) apply(act handoff.Action) {
 			r.t.unpin(r.gen) // superseded, or closing: nothing to keep
 		}
 		m.endRun(r)
+		m.endMovingRelax(r.t, r.relaxBound)
 		m.emit(Event{Kind: EventHandoffDone, Node: r.n.key, Seq: r.seq})
 		r.emitReport()
 	}

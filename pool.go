@@ -27,6 +27,10 @@ type target struct {
 	// spare is a probe's connection that landed on a replacement, waiting
 	// for the next dial (spare.go).
 	spare atomic.Pointer[spare]
+	// relaxUntil (mono, 0 for none) relaxes every connection of the target,
+	// to the retiring node and to its successor alike, from a MOVING until
+	// its handoff ends (relax.go: relaxMoving).
+	relaxUntil atomic.Int64
 }
 
 // tlsOpaque reports whether the target uses TLS through connections whose
@@ -45,6 +49,9 @@ type pin struct {
 	// successor's address as the client's dial path resolves it, which a
 	// probe of the configured address is compared with (drive.go, settle).
 	landed atomic.Pointer[string]
+	// dialedAfter: a dial went through the pin after the window since the
+	// last probe (drive.go, settle): only then is the pin worth probing.
+	dialedAfter atomic.Bool
 	// fromLocal: the node that named it is reached at a local address, so
 	// a local successor is allowed (see successor.go).
 	fromLocal bool

@@ -21,10 +21,12 @@ import (
 
 // TestNamedSuccessorByHostNameStopsProbing: a MOVING names its successor by
 // host name; DNS names the successor for the configured address at the
-// window's end. One probe after the window finds it (by the address the
-// pinned dials reached, not by comparing a name with an IP) and the pin is
-// dropped: no probe more, and the probe's connection was not wasted or is
-// the only one.
+// window's end. While no dial goes through the pin after the window (the
+// pool is already on the successor), nothing is probed: exactly one new
+// connection per connection in use. Once the pool dials through the pin
+// again, one probe finds the successor (by the address the pinned dials
+// reached, not by comparing a name with an IP) and the pin is dropped: no
+// probe more.
 func TestNamedSuccessorByHostNameStopsProbing(t *testing.T) {
 	const window = 3 * time.Second
 	for _, r := range blockingRoutes {
@@ -32,7 +34,7 @@ func TestNamedSuccessorByHostNameStopsProbing(t *testing.T) {
 			e := newEnv(t)
 			const succHost = "new.redis.test"
 			e.emu.DNS().Set(succHost, e.new.IP())
-			rdb, m, ev := e.client(r, e.options(4))
+			rdb, m, ev := e.client(r, e.options(8))
 			l := startLoad(rdb, 4)
 			defer l.stop()
 			waitFor(t, "four connections in use, opted in", 10*time.Second, func() bool {
@@ -42,21 +44,32 @@ func TestNamedSuccessorByHostNameStopsProbing(t *testing.T) {
 			oldOpen, newOpened := e.old.Stats().Open, e.new.Stats().Opened
 			e.old.SendRaw(resp.AppendMoving(nil, 1, int64(window/time.Second), net.JoinHostPort(succHost, e.new.Port()), false))
 			e.emu.DNS().SetAfter(host, window, e.new.IP())
+			waitFor(t, "the handoff over", window+10*time.Second, func() bool {
+				_, ok := ev.firstWith(maint.EventHandoffDone, "")
+				return ok
+			})
+			time.Sleep(3 * handoffProbeInterval(window)) // time for probes that should not come
+			st := m.Stats()
+			extra := e.new.Stats().Opened - newOpened - oldOpen
+			assert.Zero(t, st.Probes, "no probe while no dial goes through the pin; events:\n%s", ev)
+			assert.Zero(t, extra, "exactly one new connection per connection in use")
+
+			more := startLoad(rdb, 8) // the pool dials again, through the pin
+			defer more.stop()
 			var dropped maint.Event
-			waitFor(t, "the pin dropped", window+10*time.Second, func() bool {
+			waitFor(t, "the pin dropped", 40*handoffProbeInterval(window), func() bool {
 				var ok bool
 				dropped, ok = ev.firstWith(maint.EventHandoffDone, "successor pin dropped")
 				return ok
 			})
-			time.Sleep(3 * handoffProbeInterval(window)) // time for probes that should not come
+			time.Sleep(3 * handoffProbeInterval(window))
+			more.stop()
 			l.stop()
-			st := m.Stats()
-			extra := e.new.Stats().Opened - newOpened - oldOpen
-			t.Logf("old connections %d, new ones %d (extra %d); probes %d, reused %d, unused %d; pin dropped at %v",
-				oldOpen, e.new.Stats().Opened-newOpened, extra, st.Probes, st.ProbesReused, st.ProbesUnused, dropped.At.Format("15:04:05.000"))
-			assert.EqualValues(t, 1, st.Probes, "one probe after the window finds the successor; events:\n%s", ev)
-			assert.LessOrEqual(t, extra, 1, "at most the probe's connection beyond one per connection in use")
-			assert.Zero(t, l.failed.Load(), "failed: %v", l.errs)
+			st = m.Stats()
+			t.Logf("old connections %d, new ones %d; probes %d, reused %d, unused %d; pin dropped at %v",
+				oldOpen, e.new.Stats().Opened-newOpened, st.Probes, st.ProbesReused, st.ProbesUnused, dropped.At.Format("15:04:05.000"))
+			assert.EqualValues(t, 1, st.Probes, "one probe once the pool dials through the pin; events:\n%s", ev)
+			assert.Zero(t, l.failed.Load()+more.failed.Load(), "failed: %v %v", l.errs, more.errs)
 		})
 	}
 }

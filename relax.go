@@ -2,6 +2,7 @@ package maint
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/maintkit/maint/internal/resp"
 )
@@ -24,6 +25,7 @@ type op struct {
 	seq    int64
 	shards string
 	capAt  mono // relaxation for this operation ends here if no completion comes
+	opened mono // when maint read its start
 }
 
 // maxOps bounds the operations remembered open on a node; past it the
@@ -70,7 +72,7 @@ func (m *Maint) relax(n *node, nt resp.Notification) {
 	if len(n.ops) == maxOps {
 		n.ops = append(n.ops[:0], n.ops[1:]...)
 	}
-	n.ops = append(n.ops, op{kind: nt.Kind, seq: nt.Seq, shards: opShards(nt), capAt: now + int64(m.s.relaxCap)})
+	n.ops = append(n.ops, op{kind: nt.Kind, seq: nt.Seq, shards: opShards(nt), capAt: now + int64(m.s.relaxCap), opened: now})
 	n.updateRelaxLocked(now)
 	on := m.syncRelaxLocked(n, now)
 	open := len(n.ops)
@@ -125,12 +127,20 @@ func (m *Maint) relaxEnd(n *node, nt resp.Notification) {
 		return // a replay, a copy, or the completion of an operation past its cap
 	}
 	ended := n.ops[at].seq
+	// The tail lasts no longer than maint saw the operation open: a start
+	// and its completion read together (an idle connection reads both only
+	// when it is next used, after the operation is over) leave no command
+	// that was sent while it was open, and no tail over the next ones.
+	tail := m.s.tail
+	if seen := time.Duration(now - n.ops[at].opened); seen < tail {
+		tail = max(seen, 0)
+	}
 	n.ops = append(n.ops[:at], n.ops[at+1:]...)
 	if len(n.ended) == maxEnded {
 		n.ended = append(n.ended[:0], n.ended[1:]...)
 	}
 	n.ended = append(n.ended, ended)
-	if t := now + int64(m.s.tail); t > n.tailUntil {
+	if t := now + int64(tail); t > n.tailUntil {
 		n.tailUntil = t
 	}
 	n.updateRelaxLocked(now)
@@ -141,7 +151,7 @@ func (m *Maint) relaxEnd(n *node, nt resp.Notification) {
 		m.emit(Event{Kind: on, Node: n.key, Seq: nt.Seq, Name: nt.Kind.String()})
 	}
 	m.emit(Event{Kind: EventRelaxEnd, Node: n.key, Seq: nt.Seq, Count: open,
-		Detail: fmt.Sprintf("%v ends seq %d; tail %v; %d still open", nt.Kind, ended, m.s.tail, open)})
+		Detail: fmt.Sprintf("%v ends seq %d; tail %v; %d still open", nt.Kind, ended, tail, open)})
 }
 
 // updateRelaxLocked sets relaxUntil from the open operations (each until its
@@ -192,3 +202,28 @@ func (n *node) relaxingAt(now mono) bool {
 
 // relaxing reports whether n's timeouts are relaxed now.
 func (n *node) relaxing() bool { return n.relaxingAt(monoNow()) }
+
+// relaxMoving relaxes every connection of t, to the retiring node and to its
+// successor (named or not yet known), from a MOVING until its handoff ends
+// (endMovingRelax), as node-redis and go-redis's own handler do: a command
+// sent while the endpoint moves gets RelaxedTimeout, wherever it lands.
+// until bounds it if the handoff never reports its end.
+func (m *Maint) relaxMoving(t *target, until time.Time) {
+	if m.s.relaxed < 0 {
+		return
+	}
+	u := toMono(until)
+	for {
+		cur := t.relaxUntil.Load()
+		if u <= cur || t.relaxUntil.CompareAndSwap(cur, u) {
+			break
+		}
+	}
+	m.noteRelaxed(u)
+}
+
+// endMovingRelax ends t's relaxation for a MOVING whose handoff is over,
+// unless a later MOVING has raised it since (a run's bound is its own).
+func (m *Maint) endMovingRelax(t *target, until time.Time) {
+	t.relaxUntil.CompareAndSwap(toMono(until), 0)
+}

@@ -480,7 +480,13 @@ func (c *tapConn) Read(p []byte) (int, error) {
 	for len(c.pending) == 0 {
 		f, err := resp.ReadFrame(c.br, nil)
 		if err != nil {
-			return 0, err // the deadline's own timeout error
+			// The socket's own error, as a read of the socket returns it
+			// (ReadFrame wraps it): the deadline's timeout is a net.Error.
+			var ne net.Error
+			if errors.As(err, &ne) {
+				return 0, ne
+			}
+			return 0, err
 		}
 		if len(f) > 0 && f[0] == '>' {
 			c.pending = f
