@@ -20,8 +20,9 @@ type quietLogger struct{}
 func (quietLogger) Printf(context.Context, string, ...interface{}) {}
 
 // TestMain prints the table of every scenario and column (and writes it to
-// MAINT_CONFORMANCE_TABLE when set), fails the run when a scenario maint
-// passes is passed by both controls without a stated reason, and checks
+// MAINT_CONFORMANCE_TABLE when set), fails the full-length run when a
+// scenario maint passes is passed by both controls without a stated reason
+// (the short run reports it), and checks
 // for leaked goroutines.
 func TestMain(m *testing.M) {
 	if os.Getenv("MAINT_CONFORMANCE_GOREDIS_LOG") == "" {
@@ -42,9 +43,18 @@ func TestMain(m *testing.M) {
 		if path := os.Getenv("MAINT_CONFORMANCE_TABLE"); path != "" {
 			_ = os.WriteFile(path, []byte(out), 0o644)
 		}
+		// Whether a control happens to fail a scenario is chance (a close
+		// with no command in flight fails nothing, even without a
+		// handler): over the short phases it may not, so the short mode
+		// (CI) reports it; the full-length run, whose phases make a
+		// control's failure near certain, fails on it.
 		if acc := accidents(); len(acc) > 0 && !real && code == 0 {
-			fmt.Printf("FAIL: maint passes these scenarios and so do both controls, with no reason stated: %v\n", acc)
-			code = 1
+			if full() {
+				fmt.Printf("FAIL: maint passes these scenarios and so do both controls, with no reason stated: %v\n", acc)
+				code = 1
+			} else {
+				fmt.Printf("NOTE: in this short run both controls passed these scenarios too (the full-length run fails on it): %v\n", acc)
+			}
 		}
 	}
 	if code == 0 {
