@@ -394,8 +394,9 @@ func (g *Group) sweepLocked(every time.Duration) {
 
 // sweep closes and forgets the Maints of ring shards that ran no command
 // (not even the heartbeat's PING) and held no connection for deadAfter,
-// and of cluster node clients quiet for clusterGone whose node the slot
-// maps have no longer named for as long; it installs Maints on the shards
+// of cluster node clients quiet for clusterGone whose node the slot maps
+// have no longer named for as long, and of closed cluster node clients
+// quiet since the last sweep (clientClosed); it installs Maints on the shards
 // of instrumented Rings that are up and have none.
 func (g *Group) sweep(now time.Time) {
 	g.mu.Lock()
