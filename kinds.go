@@ -304,7 +304,7 @@ func (h *liveHook) DialHook(next redis.DialHook) redis.DialHook {
 // ProcessHook notes commands.
 func (h *liveHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if !h.seen.Load() {
+		if !h.seen.Load() && ctx.Value(closedProbe{}) == nil {
 			h.seen.Store(true)
 		}
 		return next(ctx, cmd)
@@ -394,8 +394,9 @@ func (g *Group) sweepLocked(every time.Duration) {
 
 // sweep closes and forgets the Maints of ring shards that ran no command
 // (not even the heartbeat's PING) and held no connection for deadAfter,
-// and of cluster node clients quiet for clusterGone whose node the slot
-// maps have no longer named for as long; it installs Maints on the shards
+// of cluster node clients quiet for clusterGone whose node the slot maps
+// have no longer named for as long, and of closed cluster node clients
+// quiet since the last sweep (clientClosed); it installs Maints on the shards
 // of instrumented Rings that are up and have none.
 func (g *Group) sweep(now time.Time) {
 	g.mu.Lock()
@@ -427,9 +428,11 @@ func (g *Group) sweep(now time.Time) {
 		}
 		if cs := mb.m.s.cluster; cs != nil {
 			// A cluster node client: go-redis closes it once reloaded slot
-			// maps no longer name its node. Quiet alone is no sign: a node
-			// that owns slots nobody uses now is quiet too.
-			if now.Sub(mb.quiet) >= gone && cs.goneFor(mb.m, mnow) >= gone {
+			// maps no longer name its node, and every one of them when the
+			// ClusterClient is closed. Quiet alone is no sign: a node that
+			// owns slots nobody uses now is quiet too; a closed one says so
+			// without I/O (clientClosed).
+			if clientClosed(mb.cli) || now.Sub(mb.quiet) >= gone && cs.goneFor(mb.m, mnow) >= gone {
 				g.forget(mb)
 			}
 			continue
@@ -446,6 +449,30 @@ func (g *Group) sweep(now time.Time) {
 // would: TestContractRingClosed).
 func ringClosed(ctx context.Context, r *redis.Ring) bool {
 	return r.Len() == 0 && errors.Is(r.Ping(ctx).Err(), redis.ErrClosed)
+}
+
+// probeCtx is the context of clientClosed's PING: cancelled before it is
+// sent, and marked so that the liveHook does not take it for use.
+var probeCtx = func() context.Context {
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), closedProbe{}, true))
+	cancel()
+	return ctx
+}()
+
+// closedProbe marks probeCtx.
+type closedProbe struct{}
+
+// clientClosed reports whether cli, a quiet node client, is closed, without
+// any I/O: a PING with a context cancelled before it is sent reaches the
+// pool, which answers ErrClosed when closed and the context's error
+// otherwise, before it dials or hands out a connection
+// (TestContractClosedClientAnswersACancelledPing). A client with a Limiter
+// is not asked (the Limiter would be told of the probe's error).
+func clientClosed(cli *redis.Client) bool {
+	if cli == nil || cli.Options().Limiter != nil {
+		return false
+	}
+	return errors.Is(cli.Ping(probeCtx).Err(), redis.ErrClosed)
 }
 
 // unwatch stops polling r, a closed Ring.

@@ -52,7 +52,7 @@ func startOf(k resp.Kind) resp.Kind {
 // relax opens an operation on n (a MIGRATING, FAILING_OVER or SMIGRATING)
 // and relaxes n's timeouts until it completes, capped.
 func (m *Maint) relax(n *node, nt resp.Notification) {
-	if m.s.relaxed < 0 {
+	if brokenRelax || m.s.relaxed < 0 {
 		return
 	}
 	now := monoNow()

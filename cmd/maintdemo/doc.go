@@ -117,8 +117,10 @@
 //	--maint-route R     addhook (default) or configure
 //	--json              print one JSON object instead of the tables
 //	--check             exit with status 1 if maint failed a command or left
-//	                    one unstarted (soak: or lost, duplicated or mixed up
-//	                    a write)
+//	                    one unstarted (except in migrating, whose slow
+//	                    replies fill --goroutines by design: there the
+//	                    commands not started are the generator's limit);
+//	                    soak: or lost, duplicated or mixed up a write
 //	--verbose           log go-redis, maint and the emulator to stderr
 //	--metrics           print what each maint client recorded, under
 //	                    maintotel's metric names, and each handoff's report
@@ -258,6 +260,6 @@
 // # Exit status
 //
 // 0 on success; 1 when --check is given and maint failed at least one
-// command or left one unstarted (in the soak: or lost, duplicated or mixed
+// command or left one unstarted outside migrating (in the soak: or lost, duplicated or mixed
 // up a write); 2 for bad flags or when the emulator cannot start.
 package main
