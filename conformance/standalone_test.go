@@ -479,6 +479,10 @@ func TestLettuceTrafficResumesAfterRebind(t *testing.T) {
 	scenario{
 		name:      "TestLettuceTrafficResumesAfterRebind",
 		criterion: "3 phases of >1000 async GET/SET around a rebind: failure rate exactly 0",
+		// Lettuce's 60 s timeout hides the slow phase from every client: the
+		// controls fail only when the bind's close meets a command in flight,
+		// by chance (5 of 16 680 in one full-length run, 0 in the next).
+		controlsMayPass: "not doing worse than go-redis alone: with a 60 s timeout only a close under a command in flight fails one, by chance",
 		check: func(ctx context.Context, t *testing.T, w *world, col column) error {
 			s := w.client(t, col, params{timeout: 60 * time.Second, relaxed: 10 * time.Second, endpointType: "external-ip", pool: 10})
 			var ok, failed atomic.Int64
