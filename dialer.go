@@ -208,11 +208,7 @@ func (m *Maint) refusedByRetired(t *target, err error) *run {
 // retiring node it landed on (doomed), or else the handoffs of t for which
 // it is a replacement.
 func (m *Maint) judge(t *target, remote string) (doomedBy *run, replaced []*run) {
-	rs := m.runs.Load()
-	if rs == nil {
-		return nil, nil
-	}
-	for _, r := range *rs {
+	for _, r := range m.ho.running() {
 		switch r.judge(remote) {
 		case classify.Doomed:
 			return r, nil
@@ -379,7 +375,7 @@ type conn struct {
 	// handshake.go); written by the writer only, before and at that write.
 	inject  []byte
 	optedIn atomic.Bool // the server answered the opt-in with +OK
-	hsLead  *hsState    // the endpoint's opt-in others wait for is this one's (guarded by Maint.mu)
+	hsLead  *hsState    // the endpoint's opt-in others wait for is this one's (guarded by handshakes.mu)
 
 	closeOnce  sync.Once
 	closeErr   atomic.Pointer[error] // why the Maint closed it
@@ -527,7 +523,7 @@ func (c *conn) Write(p []byte) (int, error) {
 	if s := c.state.Load(); s >= stateClosed && c.closedUnder() {
 		return 0, c.notWritten(c.ioErr(net.ErrClosed, nil))
 	}
-	if !c.m.sawCheck.Load() {
+	if !c.m.mis.checked() {
 		c.m.noteUnchecked(c)
 	}
 	if len(p) == 17 && isMonitor(p) {
@@ -649,7 +645,7 @@ func (c *conn) shut() error {
 		c.n.lastDrained.Store(time.Now().UnixNano())
 	}
 	c.m.unregister(c)
-	c.m.leadGone(c)
+	c.m.hs.leadGone(c)
 	err := c.raw.Close()
 	if out {
 		c.m.closedConn(c) // outcomes.go
@@ -716,9 +712,7 @@ func (c *conn) SyscallConn() (syscall.RawConn, error) {
 		return nil, ErrRetired
 	}
 	c.checking.Store(true)
-	if !c.m.sawCheck.Load() {
-		c.m.sawCheck.Store(true)
-	}
+	c.m.mis.noteCheck()
 	if c.rawRC == nil {
 		sc, ok := c.raw.(syscall.Conn)
 		if !ok {

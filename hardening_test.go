@@ -327,7 +327,7 @@ func TestTwoHoldsAreIndependent(t *testing.T) {
 	ca.(*conn).onNotification(resp.AppendMoving(nil, 1, 1, "", true))
 	cb.(*conn).onNotification(resp.AppendMoving(nil, 2, 1, "", true))
 	require.Eventually(t, func() bool {
-		hs := m.holds.Load()
+		hs := m.ho.holds.Load()
 		return hs != nil && len(*hs) == 2
 	}, 5*time.Second, time.Millisecond, "both nodes hold at their last call")
 
@@ -337,7 +337,7 @@ func TestTwoHoldsAreIndependent(t *testing.T) {
 	_, err = dialA(ctx, "tcp", "a.test:6379") // DNS names another node for a.test
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		hs := m.holds.Load()
+		hs := m.ho.holds.Load()
 		return hs != nil && len(*hs) == 1 && (*hs)[0].node == B
 	}, 5*time.Second, time.Millisecond, "A's hold is released, B's stays")
 }
@@ -489,20 +489,23 @@ func TestMemoryStaysBoundedOverALongUptime(t *testing.T) {
 	}
 	waitIdle(t, m)
 	after := heap()
-	m.mu.Lock()
-	nodes, targets, seen := len(m.nodes), len(m.targets), m.seen.len()
-	m.mu.Unlock()
+	m.reg.mu.Lock()
+	nodes, targets := len(m.reg.nodes), len(m.reg.targets)
+	m.reg.mu.Unlock()
+	m.ho.mu.Lock()
+	seen := m.ho.seen.len()
+	m.ho.mu.Unlock()
 	assert.Equal(t, 1, nodes, "only the live node is remembered")
 	assert.Equal(t, 1, targets)
 	assert.LessOrEqual(t, seen, maxSeen)
-	assert.Nil(t, m.runs.Load())
-	assert.Nil(t, m.holds.Load())
+	assert.Nil(t, m.ho.runs.Load())
+	assert.Nil(t, m.ho.holds.Load())
 	assert.Less(t, int64(after)-int64(before), int64(1<<20), "heap grew by %d bytes", int64(after)-int64(before))
 }
 
 func waitIdle(t *testing.T, m *Maint) {
 	t.Helper()
-	require.Eventually(t, func() bool { return m.runs.Load() == nil }, 30*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return m.ho.runs.Load() == nil }, 30*time.Second, 5*time.Millisecond)
 }
 
 // Item 11: MONITOR makes a connection a subscriber: retired, it is closed at

@@ -10,76 +10,42 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
-// Maint handles maintenance notifications for one go-redis client. It is a
-// redis.Hook: rdb.AddHook(m) is the whole integration for an existing client.
-// It is safe for concurrent use by multiple goroutines.
+// Maint handles maintenance notifications for the go-redis clients it is
+// installed on: one client, or several (the node clients of a
+// ClusterClient, the shards of a Ring, clients of several databases), each
+// connection judged by the address it dials and the node it reached. It is
+// a redis.Hook: rdb.AddHook(m) is the whole integration for an existing
+// client. It is safe for concurrent use by multiple goroutines.
+//
+// Each concern keeps its state in a type of its own file, which Maint
+// composes; only that file's code touches it.
 type Maint struct {
 	s settings
 	c counters
 
 	ctx    context.Context // done when Close is called
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // background goroutines: handoff drivers
+	wg     sync.WaitGroup // background goroutines: handoff drivers, probes, drains
 
-	mu      sync.Mutex // guards the following
-	closed  bool
-	targets map[string]*target
-	nodes   map[string]*node
-
-	gen atomic.Uint64 // generations of MOVINGs: a later one supersedes
+	mu     sync.Mutex // guards closed, against goBackground
+	closed bool
 	// stopped is set by Close: the Maint steps aside, and its connections
 	// stop stripping notifications and relaxing deadlines.
 	stopped atomic.Bool
-	// holds is non-nil while commands must wait for a replacement: one hold
-	// per node whose window is ending with no replacement to be had. It is
-	// replaced, never changed in place (copy on write, under mu). The process
-	// hooks load it once per command: the whole cost of the hook when no
-	// maintenance is going on.
-	holds atomic.Pointer[[]*hold]
-	// runs are the handoffs in progress, one per retiring node, copied on
-	// write under mu: every new connection is judged against all of them.
-	runs atomic.Pointer[[]*run]
-	// seen remembers the MOVINGs acted on, by sequence id (ids are per
-	// database), so that a copy or a late copy changes nothing. Guarded by
-	// mu; bounded (see seen.go).
-	seen seenMovings
-	// relaxedUntil is the latest end (mono) of any node's relaxation,
-	// never lowered early: while it lasts, a command that timed out waiting
-	// for a pool connection is given another turn (see poolRetry).
-	relaxedUntil atomic.Int64
-	// registered counts registrations, to sweep idle nodes now and then.
-	registered uint64
-	// obs are the observers of the Maint's events (observe.go), copied on
-	// write under mu.
-	obs atomic.Pointer[[]*observer]
-	// pools maps a node's key to its pool's name, for events (outcomes.go).
-	pools sync.Map
-	// hs is what each endpoint answered to the opt-in (handshake.go).
-	// Guarded by mu, bounded.
-	hs map[string]*hsState
-	// configs are the options Configure claimed (see misuse.go).
-	configs []*maintnotifications.Config
-	// deferred are the failover connections whose close go-redis asked for
-	// and that wait for owed replies (failover_close.go): Close ends the
-	// wait. Guarded by mu.
-	deferred map[*failoverConn]struct{}
-
-	// Misuse detection (misuse.go).
-	sawCheck        atomic.Bool   // a pool health check reached a connection
-	uncheckedWrites atomic.Uint64 // writes past the handshake before any health check
-	misuseOnce      sync.Once
 	// hooked is set once go-redis has taken the process hooks (AddHook):
 	// only then can commands be held before they take a connection.
 	hooked atomic.Bool
 
-	// Cluster (cluster.go). emptied is when this node, left with no slot,
-	// stops retiring its connections (mono; 0: never emptied); draining is
-	// set while they are being closed.
-	emptied  atomic.Int64
-	draining atomic.Bool
+	reg       registry       // targets, nodes and their connections (registry.go)
+	ho        handoffs       // MOVINGs: handoffs in progress, holds, MOVINGs seen (moving.go)
+	relaxSpan relaxSpan      // the latest end of any relaxation, for poolRetry (relax.go)
+	obs       observers      // subscribers to the events (observe.go)
+	hs        handshakes     // each endpoint's answer to the opt-in (handshake.go)
+	mis       misuseWatch    // misuse detection, options claimed (misuse.go)
+	deferred  deferredCloses // failover closes waiting for owed replies (failover_close.go)
+	emptied   emptiedNode    // a cluster node client's node left with no slot (cluster.go)
 }
 
 var _ redis.Hook = (*Maint)(nil)
@@ -91,11 +57,8 @@ func New(opts ...Option) *Maint {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	m := &Maint{
-		s:       cfg.settings(),
-		targets: make(map[string]*target),
-		nodes:   make(map[string]*node),
-	}
+	m := &Maint{s: cfg.settings()}
+	m.hs.retry = m.s.handshakeRetry
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	switch m.s.endpoint {
 	case "", "internal-ip", "internal-fqdn", "external-ip", "external-fqdn", "none":
@@ -123,7 +86,7 @@ func (m *Maint) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			if sc, ok := cmd.(*redis.ClusterSlotsCmd); ok {
 				// Before any hold: a map served needs no connection.
 				return cs.clusterSlots(ctx, m, sc, func(ctx context.Context, cmd redis.Cmder) error {
-					if m.holds.Load() != nil {
+					if m.ho.holding() {
 						if err := m.waitHolds(ctx); err != nil {
 							cmd.SetErr(err)
 							return err
@@ -133,7 +96,7 @@ func (m *Maint) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 				})
 			}
 		}
-		if m.holds.Load() != nil {
+		if m.ho.holding() {
 			if err := m.waitHolds(ctx); err != nil {
 				cmd.SetErr(err)
 				m.noteErr(err)
@@ -183,7 +146,7 @@ func (m *Maint) poolRetry(ctx context.Context, again func() error, err error) er
 // whole pipeline waits, so nothing is split across nodes.
 func (m *Maint) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if m.holds.Load() != nil {
+		if m.ho.holding() {
 			if err := m.waitHolds(ctx); err != nil {
 				for _, cmd := range cmds {
 					cmd.SetErr(err)
@@ -222,22 +185,22 @@ func (h *hold) release() { h.once.Do(func() { close(h.released) }) }
 
 // addHold puts h in force.
 func (m *Maint) addHold(h *hold) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	swapIn(&m.holds, nil, h)
+	m.ho.mu.Lock()
+	defer m.ho.mu.Unlock()
+	swapIn(&m.ho.holds, nil, h)
 }
 
 // releaseHold ends h, and h only: another node's hold stays in force.
 func (m *Maint) releaseHold(h *hold) {
-	m.mu.Lock()
-	swapIn(&m.holds, h, nil)
-	m.mu.Unlock()
+	m.ho.mu.Lock()
+	swapIn(&m.ho.holds, h, nil)
+	m.ho.mu.Unlock()
 	h.release()
 }
 
 // swapIn replaces the copy-on-write list in p by one without drop and with
 // add (each ignored when nil), or by nil when that leaves it empty. Writers
-// hold Maint.mu; readers only load the pointer.
+// hold the list's own lock; readers only load the pointer.
 func swapIn[T comparable](p *atomic.Pointer[[]T], drop, add T) {
 	var none T
 	var out []T
@@ -263,7 +226,7 @@ func swapIn[T comparable](p *atomic.Pointer[[]T], drop, add T) {
 func (m *Maint) waitHolds(ctx context.Context) error {
 	counted := false
 	for {
-		hs := m.holds.Load()
+		hs := m.ho.holds.Load()
 		if hs == nil {
 			return nil
 		}
@@ -373,19 +336,13 @@ func (m *Maint) Close() error {
 	if cs := m.s.cluster; cs != nil {
 		cs.leave(m)
 	}
-	if hs := m.holds.Swap(nil); hs != nil {
+	if hs := m.ho.holds.Swap(nil); hs != nil {
 		for _, h := range *hs {
 			h.release()
 		}
 	}
 	m.endRelaxReports()
-	m.mu.Lock()
-	deferred := m.deferred
-	m.deferred = nil
-	m.mu.Unlock()
-	for f := range deferred {
-		f.shut()
-	}
+	m.deferred.shutAll()
 	m.wg.Wait()
 	m.dropSpares()
 	return nil
@@ -412,17 +369,13 @@ func (m *Maint) emit(e Event) {
 		e.At = time.Now()
 	}
 	if e.Pool == "" && e.Node != "" {
-		e.Pool = m.poolOf(e.Node)
+		e.Pool = m.reg.poolOf(e.Node)
 	}
 	m.logEvent(e)
 	if f := m.s.onEvent; f != nil {
 		f(e)
 	}
-	if os := m.obs.Load(); os != nil {
-		for _, o := range *os {
-			o.f(e)
-		}
-	}
+	m.obs.notify(e)
 }
 
 // remoteString is the connection's remote address, or "" when unreadable.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -11,6 +12,41 @@ import (
 	"github.com/maintkit/maint/handoff"
 	"github.com/maintkit/maint/internal/resp"
 )
+
+// handoffs are a Maint's MOVINGs: the handoffs in progress, the holds they
+// put in force, and the MOVINGs acted on.
+type handoffs struct {
+	gen atomic.Uint64 // generations of MOVINGs: a later one supersedes
+	// holds is non-nil while commands must wait for a replacement: one hold
+	// per node whose window is ending with no replacement to be had. It is
+	// replaced, never changed in place (copy on write, under mu). The process
+	// hooks load it once per command: the whole cost of the hook when no
+	// maintenance is going on.
+	holds atomic.Pointer[[]*hold]
+	// runs are the handoffs in progress, one per retiring node, copied on
+	// write under mu: every new connection is judged against all of them.
+	runs atomic.Pointer[[]*run]
+
+	// mu serialises the writers of holds and runs, and guards seen and
+	// every run's changed. Lock order: handoffs.mu, then node.mu.
+	mu sync.Mutex
+	// seen remembers the MOVINGs acted on, by sequence id (ids are per
+	// database), so that a copy or a late copy changes nothing. Bounded
+	// (see seen.go).
+	seen seenMovings
+}
+
+// holding reports whether some hold is in force: one atomic load, the
+// whole cost of the process hooks while no maintenance is going on.
+func (ho *handoffs) holding() bool { return ho.holds.Load() != nil }
+
+// running returns the handoffs in progress (nil for none), without a copy.
+func (ho *handoffs) running() []*run {
+	if rs := ho.runs.Load(); rs != nil {
+		return *rs
+	}
+	return nil
+}
 
 // run drives one handoff: it owns the goroutine that carries out the
 // handoff's actions on time, probes DNS during a null-endpoint window, and
@@ -30,7 +66,7 @@ type run struct {
 	kick     chan struct{} // a dial saw a replacement
 	replaced atomic.Bool   // set with the kick: the driver calls Replacement
 	stop     chan struct{} // closed when superseded
-	changed  chan struct{} // closed and replaced at every phase change: wakes doomed dials
+	changed  chan struct{} // closed and replaced at every phase change: wakes doomed dials (guarded by handoffs.mu)
 	hold     atomic.Pointer[hold]
 	// probed receives the answer of a DNS probe, which runs beside the
 	// driver so that a slow or black-holed one never delays its timing.
@@ -113,9 +149,9 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 	successor := m.successor(c, nt)
 
 	now := monoNow()
-	m.mu.Lock()
-	if e, ok := m.seen.lookup(nt.Seq, t.addr, n.key); ok {
-		m.mu.Unlock()
+	m.ho.mu.Lock()
+	if e, ok := m.ho.seen.lookup(nt.Seq, t.addr, n.key); ok {
+		m.ho.mu.Unlock()
 		m.movingCopy(c, nt, e)
 		return
 	}
@@ -125,14 +161,14 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 		// A MOVING older than the one this node is handing off: a later
 		// MOVING wins. The connection belongs with the others of its node.
 		n.mu.Unlock()
-		m.mu.Unlock()
+		m.ho.mu.Unlock()
 		m.c.replayed.Add(1)
 		m.emit(Event{Kind: EventReplayed, Node: n.key, Seq: nt.Seq, Name: nt.Kind.String(), Detail: "older than the MOVING in progress"})
 		cur.adopt(c)
 		return
 	}
-	m.seen.add(nt.Seq, n.key, t.addr, window, now)
-	gen := m.gen.Add(1)
+	m.ho.seen.add(nt.Seq, n.key, t.addr, window, now)
+	gen := m.ho.gen.Add(1)
 
 	start := time.Now()
 	ident := !m.s.fixed && classify.IdentifiesNodes(t.addr, successor != "")
@@ -147,7 +183,7 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 		probed:     make(chan bool, 1),
 		relaxBound: h.Deadline().Add(handoff.CloseGrace(window) + m.s.holdBudget)}
 	prev := n.run.Swap(r)
-	swapIn(&m.runs, prev, r)
+	swapIn(&m.ho.runs, prev, r)
 	// A pin to this node (an earlier MOVING named it) is kept: the node
 	// still serves until its own last call, and the configured address may
 	// lead nowhere meanwhile (DNS naming a node that has moved away). A dial
@@ -157,7 +193,7 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 			fromLocal: isLocalAddr(n.key)})
 	}
 	n.mu.Unlock()
-	m.mu.Unlock()
+	m.ho.mu.Unlock()
 
 	if prev != nil {
 		prev.supersede()
@@ -194,11 +230,11 @@ func (m *Maint) movingCopy(c *conn, nt resp.Notification, e seenMoving) {
 
 // endRun removes r from the handoffs in progress, if it is still there.
 func (m *Maint) endRun(r *run) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	swapIn(&m.runs, r, nil)
+	m.ho.mu.Lock()
+	swapIn(&m.ho.runs, r, nil)
 	r.n.run.CompareAndSwap(r, nil)
-	m.forgetIdleLocked(r.n)
+	m.ho.mu.Unlock()
+	m.reg.forgetIdle(r.n)
 }
 
 // badInput counts, logs and reports a notification that is malformed or
@@ -531,9 +567,9 @@ func (r *run) adopt(c *conn) {
 // trying again: until the handoff changes phase or a probe interval passes,
 // bounded by ctx.
 func (r *run) waitChange(ctx context.Context) error {
-	r.m.mu.Lock()
+	r.m.ho.mu.Lock()
 	ch := r.changed
-	r.m.mu.Unlock()
+	r.m.ho.mu.Unlock()
 	t := time.NewTimer(handoff.ProbeInterval(r.h.Params().Window))
 	defer t.Stop()
 	select {
@@ -617,8 +653,8 @@ func (r *run) apply(act handoff.Action) {
 		r.emitReport()
 	}
 	// Wake dials waiting out a doomed landing: the phase may have changed.
-	m.mu.Lock()
+	m.ho.mu.Lock()
 	close(r.changed)
 	r.changed = make(chan struct{})
-	m.mu.Unlock()
+	m.ho.mu.Unlock()
 }

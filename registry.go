@@ -108,27 +108,49 @@ type node struct {
 	lastDrained atomic.Int64 // unix ns: a retired or fenced connection last closed
 }
 
-func (m *Maint) target(addr string) *target {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	t := m.targets[addr]
+// registry is what a Maint knows of where its clients' connections go: the
+// targets (the addresses go-redis dials) and the nodes (the endpoints the
+// connections reached), with each node's connections. It holds the live
+// ones only: a node with no connection and nothing in progress, and a
+// target idle for targetIdle, are forgotten.
+type registry struct {
+	mu         sync.Mutex // guards the maps and registered; lock order: registry.mu, then node.mu
+	targets    map[string]*target
+	nodes      map[string]*node
+	registered uint64 // registrations, to sweep idle nodes now and then
+	// pools maps a node's key to its pool's name, for events (poolOf).
+	pools sync.Map
+}
+
+// target returns the target of addr, made on first sight.
+func (g *registry) target(addr string) *target {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	t := g.targets[addr]
 	if t == nil {
 		t = &target{addr: addr}
-		m.targets[addr] = t
+		if g.targets == nil {
+			g.targets = make(map[string]*target)
+		}
+		g.targets[addr] = t
 	}
 	t.lastUse.Store(monoNow())
 	return t
 }
 
-// register adds c to the node of its remote address, creating the node on
-// first sight. Lock order: m.mu, then n.mu.
-func (m *Maint) register(c *conn, key string) {
-	m.mu.Lock()
-	n := m.nodes[key]
+// add puts c in the node of its remote address key, creating the node on
+// first sight, and returns the handoff retiring that node, if any.
+func (g *registry) add(c *conn, key string) *run {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := g.nodes[key]
 	if n == nil {
 		n = &node{key: key, conns: make(map[*conn]struct{})}
-		m.nodes[key] = n
-		m.pools.Store(key, c.t.addr)
+		if g.nodes == nil {
+			g.nodes = make(map[string]*node)
+		}
+		g.nodes[key] = n
+		g.pools.Store(key, c.t.addr)
 	}
 	n.mu.Lock()
 	n.conns[c] = struct{}{}
@@ -136,61 +158,138 @@ func (m *Maint) register(c *conn, key string) {
 	c.t.conns.Add(1)
 	r := n.run.Load()
 	n.mu.Unlock()
-	if m.registered++; m.registered%64 == 0 {
-		m.sweepLocked()
+	if g.registered++; g.registered%64 == 0 {
+		g.sweepLocked()
 	}
-	m.mu.Unlock()
-	if r != nil {
-		r.adopt(c) // it may have been judged before the handoff began
-	}
+	return r
 }
 
-// unregister removes c from its node, and forgets a node left with no
+// remove takes c out of its node, and forgets a node left with no
 // connection and nothing in progress, so that the registry does not grow
 // with every address a client ever reached.
-func (m *Maint) unregister(c *conn) {
+func (g *registry) remove(c *conn) {
 	n := c.n
 	c.t.conns.Add(-1)
 	n.mu.Lock()
 	delete(n.conns, c)
 	empty := len(n.conns) == 0
 	n.mu.Unlock()
-	if !empty {
-		return
+	if empty {
+		g.forgetIdle(n)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.forgetIdleLocked(n)
+}
+
+// forgetIdle forgets n if it is idle (see forgetIdleLocked).
+func (g *registry) forgetIdle(n *node) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.forgetIdleLocked(n)
 }
 
 // forgetIdleLocked forgets n if it has no connection, no handoff and no
-// relaxation in force: the registry holds the live nodes only. m.mu is held.
-func (m *Maint) forgetIdleLocked(n *node) {
+// relaxation in force: the registry holds the live nodes only. g.mu is held.
+func (g *registry) forgetIdleLocked(n *node) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if len(n.conns) == 0 && n.run.Load() == nil && !n.relaxing() && m.nodes[n.key] == n {
-		delete(m.nodes, n.key)
+	if len(n.conns) == 0 && n.run.Load() == nil && !n.relaxing() && g.nodes[n.key] == n {
+		delete(g.nodes, n.key)
 	}
 }
 
 // sweepLocked forgets every idle node (a node kept while it was relaxed
 // is idle once relaxation ends), and every target with no connection and
-// nothing to remember that was not dialled for a while. m.mu is held.
-func (m *Maint) sweepLocked() {
-	m.prunePoolsLocked() // outcomes.go
-	for _, n := range m.nodes {
-		m.forgetIdleLocked(n)
+// nothing to remember that was not dialled for a while. g.mu is held.
+func (g *registry) sweepLocked() {
+	g.prunePoolsLocked()
+	for _, n := range g.nodes {
+		g.forgetIdleLocked(n)
 	}
 	now := monoNow()
-	for k, t := range m.targets {
+	for k, t := range g.targets {
 		if t.pin.Load() == nil && t.conns.Load() == 0 && t.spare.Load() == nil && now-t.lastUse.Load() > int64(targetIdle) {
-			delete(m.targets, k)
+			delete(g.targets, k)
 		}
 	}
 }
 
 // targetIdle is how long a target is kept after its last dial.
 const targetIdle = 10 * time.Minute
+
+// prunePoolsLocked forgets the pool names of nodes forgotten before this
+// sweep: a node's late events (a handoff's report) still find its pool
+// until the next sweep. g.mu is held.
+func (g *registry) prunePoolsLocked() {
+	g.pools.Range(func(k, _ any) bool {
+		if _, ok := g.nodes[k.(string)]; !ok {
+			g.pools.Delete(k)
+		}
+		return true
+	})
+}
+
+// poolOf is the name of the pool whose connections reached node: the
+// configured address of the target whose connection registered it first.
+func (g *registry) poolOf(node string) string {
+	if v, ok := g.pools.Load(node); ok {
+		return v.(string)
+	}
+	return ""
+}
+
+// nodeList returns the nodes known now.
+func (g *registry) nodeList() []*node {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]*node, 0, len(g.nodes))
+	for _, n := range g.nodes {
+		out = append(out, n)
+	}
+	return out
+}
+
+// targetList returns the targets known now.
+func (g *registry) targetList() []*target {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]*target, 0, len(g.targets))
+	for _, t := range g.targets {
+		out = append(out, t)
+	}
+	return out
+}
+
+// reached reports whether addr was dialled (a target) or reached (a node).
+func (g *registry) reached(addr string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.targets[addr] != nil || g.nodes[addr] != nil
+}
+
+// openConns counts the connections of every target.
+func (g *registry) openConns() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var n int64
+	for _, t := range g.targets {
+		n += t.conns.Load()
+	}
+	return n
+}
+
+// target returns the target of addr, made on first sight.
+func (m *Maint) target(addr string) *target { return m.reg.target(addr) }
+
+// register adds c to the node of its remote address; a handoff already
+// retiring that node adopts it (its dial may have been judged before the
+// handoff began).
+func (m *Maint) register(c *conn, key string) {
+	if r := m.reg.add(c, key); r != nil {
+		r.adopt(c)
+	}
+}
+
+// unregister removes c from its node.
+func (m *Maint) unregister(c *conn) { m.reg.remove(c) }
 
 // snapshot returns the node's connections.
 func (n *node) snapshot() []*conn {

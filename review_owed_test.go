@@ -24,9 +24,9 @@ func TestDrainCapCloseNeverCutsACommandWrittenMeanwhile(t *testing.T) {
 	c, raw := wrapScript(t, m, nil)
 	require.True(t, m.retireConn(c, true))
 
-	// Hold the Maint's lock so that the close stops between its decision and
-	// the socket's close (closeWith takes m.mu on the way).
-	m.mu.Lock()
+	// Hold the handshake table's lock so that the close stops between its
+	// decision and the socket's close (closeWith takes it on the way).
+	m.hs.mu.Lock()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -35,7 +35,7 @@ func TestDrainCapCloseNeverCutsACommandWrittenMeanwhile(t *testing.T) {
 	require.Eventually(t, func() bool { return c.state.Load() == stateClosed }, 5*time.Second, time.Millisecond,
 		"the close decided")
 	_, werr := c.Write([]byte("*2\r\n$4\r\nINCR\r\n$1\r\nk\r\n"))
-	m.mu.Unlock()
+	m.hs.mu.Unlock()
 	<-done
 
 	raw.mu.Lock()

@@ -73,16 +73,16 @@ func TestReplacementSeenAtTheLastCallReleasesTheHold(t *testing.T) {
 		RelaxedTimeout: 10 * time.Second, HoldBudget: 10 * time.Second, Identifying: true})
 	r := &run{m: m, n: c.n, t: tg, h: h, gen: 1, seq: 1, kick: make(chan struct{}, 1), stop: make(chan struct{}), changed: make(chan struct{})}
 	c.n.run.Store(r)
-	m.mu.Lock()
-	swapIn(&m.runs, nil, r)
-	m.mu.Unlock()
+	m.ho.mu.Lock()
+	swapIn(&m.ho.runs, nil, r)
+	m.ho.mu.Unlock()
 
 	act := h.Tick(h.LastCall()) // the driver: Retire|Hold, not applied yet
 	require.Equal(t, handoff.Retire|handoff.Hold, act)
 	r.sawReplacement("10.0.0.2:6379") // a dial, meanwhile
 	r.apply(act)                      // the driver applies what it had
 	r.apply(r.advance(time.Now()))    // and steps again, woken by the kick
-	assert.Nil(t, m.holds.Load(), "the hold is released")
+	assert.Nil(t, m.ho.holds.Load(), "the hold is released")
 	assert.Equal(t, handoff.Draining, h.Phase())
 	assert.Equal(t, stateRetired, c.state.Load(), "the fenced connection is refused once a replacement can be had")
 }

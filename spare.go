@@ -78,13 +78,7 @@ func (m *Maint) dropSpare(t *target) {
 
 // dropSpares closes every target's spare (Close).
 func (m *Maint) dropSpares() {
-	m.mu.Lock()
-	ts := make([]*target, 0, len(m.targets))
-	for _, t := range m.targets {
-		ts = append(ts, t)
-	}
-	m.mu.Unlock()
-	for _, t := range ts {
+	for _, t := range m.reg.targetList() {
 		m.dropSpare(t)
 	}
 }
