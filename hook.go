@@ -3,8 +3,6 @@ package maint
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -172,32 +170,6 @@ func (m *Maint) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 	}
 }
 
-// hold is one node's period during which commands wait.
-type hold struct {
-	node     string
-	released chan struct{}
-	once     sync.Once
-	until    time.Time // the hold budget's end, a bound for waiters
-	tally    holdTally // the commands that waited on it (report.go)
-}
-
-func (h *hold) release() { h.once.Do(func() { close(h.released) }) }
-
-// addHold puts h in force.
-func (m *Maint) addHold(h *hold) {
-	m.ho.mu.Lock()
-	defer m.ho.mu.Unlock()
-	swapIn(&m.ho.holds, nil, h)
-}
-
-// releaseHold ends h, and h only: another node's hold stays in force.
-func (m *Maint) releaseHold(h *hold) {
-	m.ho.mu.Lock()
-	swapIn(&m.ho.holds, h, nil)
-	m.ho.mu.Unlock()
-	h.release()
-}
-
 // swapIn replaces the copy-on-write list in p by one without drop and with
 // add (each ignored when nil), or by nil when that leaves it empty. Writers
 // hold the list's own lock; readers only load the pointer.
@@ -219,77 +191,6 @@ func swapIn[T comparable](p *atomic.Pointer[[]T], drop, add T) {
 	} else {
 		p.Store(&out)
 	}
-}
-
-// waitHolds makes a command wait until no hold is in force, each hold
-// bounded by its own budget, all by ctx.
-func (m *Maint) waitHolds(ctx context.Context) error {
-	counted := false
-	for {
-		hs := m.ho.holds.Load()
-		if hs == nil {
-			return nil
-		}
-		var h *hold
-		now := time.Now()
-		for _, x := range *hs {
-			select {
-			case <-x.released:
-				continue
-			default:
-			}
-			if now.Before(x.until) {
-				h = x
-				break
-			}
-		}
-		if h == nil {
-			return nil // every hold's budget is spent: let the command try
-		}
-		if !counted {
-			counted = true
-			m.c.held.Add(1)
-		}
-		if err := m.waitHold(ctx, h); err != nil {
-			return err
-		}
-		if m.ctx.Err() != nil {
-			return nil
-		}
-	}
-}
-
-// waitHold waits for one hold, bounded by its budget and ctx.
-func (m *Maint) waitHold(ctx context.Context, h *hold) error {
-	d := time.Until(h.until)
-	if d <= 0 {
-		return nil
-	}
-	start := time.Now()
-	h.tally.start()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-h.released:
-		m.heldDone(h, start, "released")
-		return nil
-	case <-t.C:
-		m.heldDone(h, start, "budget")
-		return nil // the budget is spent: let the command try
-	case <-m.ctx.Done():
-		m.heldDone(h, start, "closed")
-		return nil // closed: step aside
-	case <-ctx.Done():
-		m.c.heldTimeouts.Add(1)
-		m.heldDone(h, start, "timeout")
-		return fmt.Errorf("%w on %s: %w", ErrHeld, h.node, ctx.Err())
-	}
-}
-
-// heldDone counts a command that stopped waiting on h, for the handoff's
-// report: atomics only, nothing per command beyond.
-func (m *Maint) heldDone(h *hold, start time.Time, why string) {
-	h.tally.note(time.Since(start), why == "timeout")
 }
 
 // Configure prepares options for a new client: it turns go-redis's built-in
@@ -361,32 +262,4 @@ func (m *Maint) goBackground(f func()) bool {
 		f()
 	}()
 	return true
-}
-
-// emit logs e, and hands it to Config.OnEvent and to every observer.
-func (m *Maint) emit(e Event) {
-	if e.At.IsZero() {
-		e.At = time.Now()
-	}
-	if e.Pool == "" && e.Node != "" {
-		e.Pool = m.reg.poolOf(e.Node)
-	}
-	m.logEvent(e)
-	if f := m.s.onEvent; f != nil {
-		f(e)
-	}
-	m.obs.notify(e)
-}
-
-// remoteString is the connection's remote address, or "" when unreadable.
-func remoteString(c net.Conn) (s string) {
-	defer func() {
-		if recover() != nil {
-			s = ""
-		}
-	}()
-	if a := c.RemoteAddr(); a != nil {
-		return a.String()
-	}
-	return ""
 }

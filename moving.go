@@ -2,6 +2,7 @@ package maint
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -12,6 +13,42 @@ import (
 	"github.com/maintkit/maint/handoff"
 	"github.com/maintkit/maint/internal/resp"
 )
+
+// The life of a MOVING, from the push to the last close, top to bottom.
+//
+// A node announces MOVING <seq> <time> <endpoint>: within <time> seconds it
+// stops serving, and the endpoint named (or, for a null endpoint, whatever
+// the configured address leads to next) takes over. Every connection of the
+// node reads its own copy, some of them late. This file is what maint does
+// with it, in order:
+//
+//  1. A MOVING arrives (onMoving, on the goroutine reading the connection):
+//     the first copy starts a handoff (a run) for the node; a copy joins its
+//     connection to it (movingCopy); an older MOVING loses to a later one. A
+//     named successor pins the target (new dials go there), and the
+//     target's connections are relaxed (relax.go) until the handoff ends.
+//  2. The driver (run.loop, one goroutine per handoff) steps the pure state
+//     machine of package handoff and carries out its actions in the order
+//     it returns them (run.apply): Retire the node's connections, Hold new
+//     commands when no replacement can be had by the last call, Release
+//     them when one is seen, CloseRemaining at the drain cap, Finish.
+//  3. Commands wait on the holds meanwhile (waitHolds, from the process
+//     hooks), bounded by their context and the hold budget.
+//  4. Retiring changes the connections' states through the wire layer's
+//     methods (conn.retire, conn.closeIfClosable, conn.floorAnew in
+//     dialer.go and deadline.go): a retired connection is refused to the
+//     pool, a fenced one serves the commands already past the hold; at the
+//     cap only connections that owe nothing are closed, so no command is
+//     cut or run twice.
+//  5. Every new connection is judged against every handoff (judge, from the
+//     dial path): one that landed on a retiring node is doomed (its dial
+//     waits for a change, waitChange, and tries again), one that landed
+//     elsewhere is a replacement (sawReplacement), and DNS probes look for
+//     one when the MOVING named none (probe).
+//  6. After the window, settle keeps the successor pin while the configured
+//     address still leads to the retired node; then the handoff ends
+//     (endRun), its report is emitted (report.go), and the node is forgotten
+//     with its last connection (registry.go).
 
 // handoffs are a Maint's MOVINGs: the handoffs in progress, the holds they
 // put in force, and the MOVINGs acted on.
@@ -74,65 +111,49 @@ type run struct {
 	tally  tally // for the report (report.go)
 }
 
-// onNotification handles one stripped maintenance push. It runs on the
-// goroutine reading the connection and must not block.
-func (c *conn) onNotification(frame []byte) {
-	m := c.m
-	nt, err := resp.ParsePush(frame)
-	if err != nil {
-		m.c.malformed.Add(1)
-		m.emit(Event{Kind: EventMalformed, Node: c.n.key, Detail: "ignoring malformed notification: " + err.Error()})
-		return
-	}
-	if m.ctx.Err() != nil {
-		return
-	}
-	m.c.notifications.Add(1)
-	ev := Event{Kind: EventNotification, Node: c.n.key, Seq: nt.Seq, Name: nt.Kind.String(), Detail: describe(nt)}
-	if cs := m.s.cluster; cs != nil && nt.Kind == resp.KindSMigrated {
-		// The slot map to serve first, then the event: once an observer
-		// learns that maint read the SMIGRATED, go-redis's reload is asked
-		// and answered from maint's map (guarantee C2).
-		cs.onSMigrated(m, c, nt)
-		m.emit(ev)
-		m.relaxEnd(c.n, nt)
-		cs.relaxReplicas(m, nt, true)
-		return
-	}
-	m.emit(ev)
-	switch nt.Kind {
-	case resp.KindMoving:
-		m.onMoving(c, nt)
-	case resp.KindMigrating, resp.KindFailingOver:
-		m.relax(c.n, nt)
-	case resp.KindSMigrating:
-		m.relax(c.n, nt)
-		if cs := m.s.cluster; cs != nil {
-			cs.relaxReplicas(m, nt, false) // reads reach the replicas too
-		}
-	case resp.KindMigrated, resp.KindFailedOver:
-		m.relaxEnd(c.n, nt)
-		if nt.Kind == resp.KindFailedOver && m.s.failedOver != nil {
-			m.s.failedOver(c, nt.Seq)
-		}
-	case resp.KindSMigrated: // outside a cluster (a cluster's is above)
-		m.relaxEnd(c.n, nt)
-	}
+// pin routes new connections of a target to a successor until a deadline. A
+// pin belongs to the generation of the MOVING that set it: a late decision of
+// an older handoff never clears a newer pin.
+type pin struct {
+	addr   string
+	until  time.Time // the window's end plus the time the pin may outlive it
+	window time.Time // the window's end
+	gen    uint64
+	// landed is where the last dial through the pin landed: the
+	// successor's address as the client's dial path resolves it, which a
+	// probe of the configured address is compared with (settle).
+	landed atomic.Pointer[string]
+	// dialedAfter: a dial went through the pin after the window since the
+	// last probe (settle): only then is the pin worth probing.
+	dialedAfter atomic.Bool
+	// fromLocal: the node that named it is reached at a local address, so
+	// a local successor is allowed (see successor.go).
+	fromLocal bool
 }
 
-func describe(nt resp.Notification) string {
-	s := nt.Kind.String()
-	if nt.HasTime {
-		s += fmt.Sprintf(" time=%d", nt.Time)
-	}
-	if nt.Kind == resp.KindMoving {
-		if nt.Null {
-			s += " endpoint=null"
-		} else {
-			s += " endpoint=" + nt.Endpoint
+// pinAfterWindow bounds how long a successor pin outlives its window while
+// the configured address still leads to the retired node. Once the window
+// is over the retired node may refuse connections; until DNS names another
+// node, the successor is where the data is.
+const pinAfterWindow = time.Minute
+
+// route returns where a new connection for t goes now, and the pin that
+// sent it there, if any.
+func (t *target) route(now time.Time) (addr string, p *pin) {
+	if p := t.pin.Load(); p != nil {
+		if now.Before(p.until) {
+			return p.addr, p
 		}
+		t.pin.CompareAndSwap(p, nil)
 	}
-	return s
+	return t.addr, nil
+}
+
+// unpin drops the pin if the generation gen still owns it.
+func (t *target) unpin(gen uint64) {
+	if p := t.pin.Load(); p != nil && p.gen == gen {
+		t.pin.CompareAndSwap(p, nil)
+	}
 }
 
 func (m *Maint) onMoving(c *conn, nt resp.Notification) {
@@ -220,52 +241,11 @@ func (m *Maint) movingCopy(c *conn, nt resp.Notification, e seenMoving) {
 		r.adopt(c)
 		return
 	}
-	if e.node == c.n.key && !c.sub.Load() {
+	if e.node == c.n.key && !c.subscriber() {
 		if m.retireConn(c, true) {
 			m.emit(Event{Kind: EventRetire, Node: c.n.key, Seq: nt.Seq, Count: 1,
 				Detail: "joined a node after its handoff ended"})
 		}
-	}
-}
-
-// endRun removes r from the handoffs in progress, if it is still there.
-func (m *Maint) endRun(r *run) {
-	m.ho.mu.Lock()
-	swapIn(&m.ho.runs, r, nil)
-	r.n.run.CompareAndSwap(r, nil)
-	m.ho.mu.Unlock()
-	m.reg.forgetIdle(r.n)
-}
-
-// badInput counts, logs and reports a notification that is malformed or
-// absurd.
-func (m *Maint) badInput(c *conn, seq int64, what string) {
-	m.c.malformed.Add(1)
-	m.emit(Event{Kind: EventMalformed, Node: c.n.key, Seq: seq, Detail: what})
-}
-
-// pinAfterWindow bounds how long a successor pin outlives its window while
-// the configured address still leads to the retired node. Once the window
-// is over the retired node may refuse connections; until DNS names another
-// node, the successor is where the data is.
-const pinAfterWindow = time.Minute
-
-// superseded reports whether a later MOVING replaced this handoff.
-func (r *run) superseded() bool {
-	select {
-	case <-r.stop:
-		return true
-	default:
-		return false
-	}
-}
-
-// supersede ends a handoff that a later MOVING replaced.
-func (r *run) supersede() {
-	select {
-	case <-r.stop:
-	default:
-		close(r.stop)
 	}
 }
 
@@ -336,123 +316,6 @@ func (r *run) loop() {
 	}
 }
 
-// awaitProbes are when a null-endpoint handoff probes the configured address
-// while the old node still serves, as fractions of the time from the MOVING
-// to the last call: four probes, so that each such MOVING costs at most four
-// probe connections to the retiring node before the last call, whatever the
-// window's length, and a DNS move is seen within a quarter of that time (the
-// old node serves meanwhile; the application's own dials see it too). Once
-// commands are held, at the last call, a probe runs every probe interval
-// until a replacement is seen.
-var awaitProbes = [...]float64{1. / 4, 1. / 2, 3. / 4, 7. / 8}
-
-// awaitProbeAt is when the k-th probe while awaiting is due (from 0); the
-// zero time once they have all been made.
-func (r *run) awaitProbeAt(k int) time.Time {
-	if k >= len(awaitProbes) {
-		return time.Time{}
-	}
-	start := r.h.Params().Start
-	return start.Add(time.Duration(awaitProbes[k] * float64(r.h.LastCall().Sub(start))))
-}
-
-// stopTimer stops t and drains a tick it already sent, so that it can be
-// Reset.
-func stopTimer(t *time.Timer) {
-	if !t.Stop() {
-		select {
-		case <-t.C:
-		default:
-		}
-	}
-}
-
-// windowOver reports whether the handoff's window has ended.
-func (r *run) windowOver() bool { return !time.Now().Before(r.h.Deadline()) }
-
-// settle keeps a successor pin after the window while the configured
-// address still leads to the retired node: while the pool still dials
-// through the pin, it probes the address through the client's dial path and
-// drops the pin as soon as a probe lands on the successor (compared by the
-// address a dial through the pin reached, so a successor named by host name
-// is recognised), when a later MOVING takes
-// over, or at the pin's own bound. The probes back off (one interval, then
-// twice as long each time): at most settleProbes for the pin's minute, one
-// when DNS has moved by the window's end. A probe that lands on the
-// successor is kept as a spare for the next dial (spare.go).
-func (r *run) settle(every time.Duration) {
-	p := r.t.pin.Load()
-	if p == nil || p.gen != r.gen {
-		return
-	}
-	wait, probes := every, 0
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	for {
-		select {
-		case <-timer.C:
-		case <-r.stop:
-			return
-		case <-r.m.ctx.Done():
-			return
-		}
-		if cur := r.t.pin.Load(); cur == nil || cur.gen != r.gen {
-			return // a later MOVING took over, or the pin expired
-		}
-		over := !time.Now().Before(p.until)
-		if !over && probes < settleProbes && p.dialedAfter.Swap(false) {
-			// Only a pin the pool still dials through is worth a probe: one
-			// no dial uses after the window costs nothing until its bound,
-			// and a probe would be a connection beyond one per connection in
-			// use (node-redis's criterion).
-			probes++
-			over = r.probeSuccessor(p)
-		}
-		if over {
-			// The configured address leads to the successor itself now: DNS
-			// has caught up (landing merely somewhere other than the retired
-			// node could be an older retired node), or the pin's bound.
-			r.t.unpin(r.gen)
-			r.m.emit(Event{Kind: EventHandoffDone, Node: r.n.key, Seq: r.seq, Detail: "successor pin dropped"})
-			return
-		}
-		wait *= 2
-		if left := time.Until(p.until); probes >= settleProbes || wait > left {
-			wait = max(left, 0)
-		}
-		timer.Reset(wait)
-	}
-}
-
-// settleProbes bounds the probes settle makes for one pin: at 1, 3, 7, 15
-// and 31 probe intervals after the window; then the pin ends at its bound.
-const settleProbes = 5
-
-// probeSuccessor probes the configured address and reports whether it led
-// to the successor of pin p; that connection is kept as a spare.
-func (r *run) probeSuccessor(p *pin) bool {
-	raw, remote, o := r.probeDial()
-	if raw == nil {
-		return false
-	}
-	if !sameSuccessor(p, remote) {
-		_ = raw.Close()
-		return false
-	}
-	r.m.offerSpare(r.t, raw, remote, o)
-	return true
-}
-
-// sameSuccessor reports whether remote is the successor of pin p: its
-// address as named, or as a dial through the pin reached it.
-func sameSuccessor(p *pin, remote string) bool {
-	if classify.SameAddr(remote, p.addr) {
-		return true
-	}
-	l := p.landed.Load()
-	return l != nil && classify.SameAddr(remote, *l)
-}
-
 // advance steps the handoff to now, with the news a dial brought, if any.
 // Only the driver steps the handoff, so actions are applied in the order the
 // handoff returns them.
@@ -464,56 +327,275 @@ func (r *run) advance(now time.Time) handoff.Action {
 	return act
 }
 
-// probe dials the configured address the way the client's own dial path
-// would (so a custom Dialer's resolution is honoured) and reports whether it
-// landed on a replacement: somewhere other than every node being retired
-// (not only this handoff's: in a chained move, DNS may still name the node
-// the previous MOVING retired). No command is sent. A connection that landed
-// on a replacement is kept as a spare for the pool's next dial (spare.go);
-// any other is closed.
-func (r *run) probe() bool {
-	raw, remote, o := r.probeDial()
-	if raw == nil {
+// apply carries out actions in order.
+func (r *run) apply(act handoff.Action) {
+	if act == 0 {
+		return
+	}
+	m := r.m
+	if act.Has(handoff.Retire) {
+		// Without a replacement (the hold) the old connections are fenced:
+		// still usable by the commands already past the hold, until the cap.
+		// Without the process hooks nothing holds commands before they take a
+		// connection, so the old connections are refused at once and commands
+		// wait in the dial path instead.
+		n := m.retire(r.n, m.refuses(act.Has(handoff.Hold)))
+		r.tally.retired += n
+		if !act.Has(handoff.Hold) {
+			r.tally.replaced(time.Now()) // retired without a hold: a replacement can be had
+		}
+		_, capAt := r.h.Retired()
+		m.emit(Event{Kind: EventRetire, Node: r.n.key, Seq: r.seq, Count: n,
+			Detail: fmt.Sprintf("drain cap in %v", time.Until(capAt).Round(time.Millisecond))})
+	}
+	if act.Has(handoff.Hold) {
+		h := &hold{node: r.n.key, released: make(chan struct{}), until: r.h.Deadline().Add(m.s.holdBudget)}
+		r.hold.Store(h)
+		m.addHold(h)
+		m.emit(Event{Kind: EventHold, Node: r.n.key, Seq: r.seq})
+	}
+	if h := r.hold.Load(); act.Has(handoff.Release) && h != nil {
+		if !act.Has(handoff.Finish) {
+			m.retire(r.n, true) // a replacement can be had: refuse what is left
+			r.tally.replaced(time.Now())
+		}
+		m.releaseHold(h)
+		m.emit(Event{Kind: EventRelease, Node: r.n.key, Seq: r.seq})
+	}
+	if act.Has(handoff.CloseRemaining) {
+		closed, owed, blocking := m.closeRetired(r.n, false)
+		r.tally.closedAtCap += closed
+		r.tally.blockingAtCap += blocking
+		m.emit(Event{Kind: EventDrainCap, Node: r.n.key, Seq: r.seq, Count: closed,
+			Detail: fmt.Sprintf("idle closed; left open, a reply owed %d (a blocking command %d)", owed, blocking)})
+	}
+	if act.Has(handoff.Finish) {
+		if retired, _ := r.h.Retired(); retired && !r.superseded() {
+			// A hold that ran out of budget leaves the old connections
+			// fenced: the handoff is over, they are refused from now on (a
+			// fenced connection would be handed out, with its deadlines
+			// floored, for the rest of its life).
+			for _, c := range r.n.snapshot() {
+				if c.fenced() {
+					m.retireConn(c, true)
+				}
+			}
+			// Connections left open at the cap for a reply that has come
+			// since: idle now, closed before the server closes them.
+			m.closeRetired(r.n, true)
+		}
+		if h := r.hold.Load(); h != nil {
+			m.releaseHold(h)
+		}
+		if r.h.Params().Successor == "" || !r.windowOver() {
+			r.t.unpin(r.gen) // superseded, or closing: nothing to keep
+		}
+		m.endRun(r)
+		m.endMovingRelax(r.t, r.relaxBound)
+		m.emit(Event{Kind: EventHandoffDone, Node: r.n.key, Seq: r.seq})
+		r.emitReport()
+	}
+	// Wake dials waiting out a doomed landing: the phase may have changed.
+	m.ho.mu.Lock()
+	close(r.changed)
+	r.changed = make(chan struct{})
+	m.ho.mu.Unlock()
+}
+
+// hold is one node's period during which commands wait.
+type hold struct {
+	node     string
+	released chan struct{}
+	once     sync.Once
+	until    time.Time // the hold budget's end, a bound for waiters
+	tally    holdTally // the commands that waited on it (report.go)
+}
+
+func (h *hold) release() { h.once.Do(func() { close(h.released) }) }
+
+// addHold puts h in force.
+func (m *Maint) addHold(h *hold) {
+	m.ho.mu.Lock()
+	defer m.ho.mu.Unlock()
+	swapIn(&m.ho.holds, nil, h)
+}
+
+// releaseHold ends h, and h only: another node's hold stays in force.
+func (m *Maint) releaseHold(h *hold) {
+	m.ho.mu.Lock()
+	swapIn(&m.ho.holds, h, nil)
+	m.ho.mu.Unlock()
+	h.release()
+}
+
+// waitHolds makes a command wait until no hold is in force, each hold
+// bounded by its own budget, all by ctx.
+func (m *Maint) waitHolds(ctx context.Context) error {
+	counted := false
+	for {
+		hs := m.ho.holds.Load()
+		if hs == nil {
+			return nil
+		}
+		var h *hold
+		now := time.Now()
+		for _, x := range *hs {
+			select {
+			case <-x.released:
+				continue
+			default:
+			}
+			if now.Before(x.until) {
+				h = x
+				break
+			}
+		}
+		if h == nil {
+			return nil // every hold's budget is spent: let the command try
+		}
+		if !counted {
+			counted = true
+			m.c.held.Add(1)
+		}
+		if err := m.waitHold(ctx, h); err != nil {
+			return err
+		}
+		if m.ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// waitHold waits for one hold, bounded by its budget and ctx.
+func (m *Maint) waitHold(ctx context.Context, h *hold) error {
+	d := time.Until(h.until)
+	if d <= 0 {
+		return nil
+	}
+	start := time.Now()
+	h.tally.start()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-h.released:
+		m.heldDone(h, start, "released")
+		return nil
+	case <-t.C:
+		m.heldDone(h, start, "budget")
+		return nil // the budget is spent: let the command try
+	case <-m.ctx.Done():
+		m.heldDone(h, start, "closed")
+		return nil // closed: step aside
+	case <-ctx.Done():
+		m.c.heldTimeouts.Add(1)
+		m.heldDone(h, start, "timeout")
+		return fmt.Errorf("%w on %s: %w", ErrHeld, h.node, ctx.Err())
+	}
+}
+
+// heldDone counts a command that stopped waiting on h, for the handoff's
+// report: atomics only, nothing per command beyond.
+func (m *Maint) heldDone(h *hold, start time.Time, why string) {
+	h.tally.note(time.Since(start), why == "timeout")
+}
+
+// refuses reports whether retiring a node now refuses its connections to the
+// pool at once rather than fencing them: fencing is only for a hold, and
+// only when the process hooks can hold commands before they take one.
+func (m *Maint) refuses(holding bool) bool { return !holding || !m.hooked.Load() }
+
+// retire takes every connection now open to n out of circulation (refuse)
+// or fences it (see the connection states). A retired subscriber is closed at
+// once: it has nothing in flight, and go-redis reconnects and resubscribes it
+// on the replacement. The others drain: the pool's health check refuses them,
+// and commands already written finish.
+func (m *Maint) retire(n *node, refuse bool) int {
+	count := 0
+	for _, c := range n.snapshot() {
+		if m.retireConn(c, refuse) {
+			count++
+		}
+	}
+	return count
+}
+
+// retireConn retires (refuse) or fences one connection and reports whether
+// its state changed. Its deadlines are floored anew (the node's epoch first,
+// so that a deadline setter racing with it redoes its work), and a retired
+// subscriber is closed at once.
+func (m *Maint) retireConn(c *conn, refuse bool) bool {
+	if !c.retire(refuse) {
 		return false
 	}
-	doomedBy, replaced := r.m.judge(r.t, remote)
-	if doomedBy == nil {
-		for _, x := range replaced {
-			if x == r {
-				r.m.offerSpare(r.t, raw, remote, o)
-				r.tally.replaced(time.Now())
-				r.m.emit(Event{Kind: EventReplacement, Node: r.n.key, Seq: r.seq, Successor: remote, Detail: "DNS now names " + remote})
-				return true
+	c.floorAnew()
+	if refuse {
+		m.c.retired.Add(1)
+		if c.subscriber() {
+			c.closeWith(ErrRetired)
+		}
+	}
+	return true
+}
+
+// closeRetired closes the draining connections still open to n that may be
+// closed without cutting a command (see conn.closable): the idle ones and the
+// subscribers. That is what the drain cap is for in a pool: the old node's
+// idle sockets are let go before the server closes them, while a command in
+// flight, blocking or not, is never cut by maint (in a multiplexer, where one
+// blocked command holds everyone's work, the cap would have had to cut it; in
+// a pool it holds nobody's). A connection that owes a reply is left open: its
+// reply comes (the pool then refuses it) or the server closes it. It returns
+// how many it closed, how many it left because a reply was owed, and how many
+// of those wait on a blocking command.
+func (m *Maint) closeRetired(n *node, final bool) (closed, owed, blocking int) {
+	for _, c := range n.snapshot() {
+		cl, o, b := c.closeIfClosable(ErrDrainCap)
+		switch {
+		case o:
+			owed++
+			if b {
+				blocking++
+			}
+		case cl:
+			closed++
+		}
+	}
+	if final {
+		return closed, owed, blocking // the connections left at the cap, idle since
+	}
+	m.c.closedAtCap.Add(uint64(closed))
+	m.c.busyAtCap.Add(uint64(blocking))
+	m.c.owedAtCap.Add(uint64(owed))
+	return closed, owed, blocking
+}
+
+// judge passes judgement on a new connection of target t that reached
+// remote, against every handoff in progress: it returns the handoff whose
+// retiring node it landed on (doomed), or else the handoffs of t for which
+// it is a replacement.
+func (m *Maint) judge(t *target, remote string) (doomedBy *run, replaced []*run) {
+	for _, r := range m.ho.running() {
+		switch r.judge(remote) {
+		case classify.Doomed:
+			return r, nil
+		case classify.Replacement:
+			if r.t == t {
+				replaced = append(replaced, r)
 			}
 		}
 	}
-	_ = raw.Close()
-	return false
+	return nil, replaced
 }
 
-// probeDial dials the configured address below every Maint layer and returns
-// the connection, where it landed and what an inner layer knew of it; a nil
-// connection if the dial failed.
-func (r *run) probeDial() (net.Conn, string, dialOpts) {
-	nextp := r.t.next.Load()
-	if nextp == nil {
-		return nil, "", dialOpts{}
+// refusedByRetired returns the handoff in progress whose retired node
+// refused a dial of target t (err names the address it dialled), or nil.
+func (m *Maint) refusedByRetired(t *target, err error) *run {
+	var oe *net.OpError
+	if !errors.As(err, &oe) || oe.Op != "dial" || oe.Addr == nil {
+		return nil
 	}
-	r.m.c.probes.Add(1)
-	ctx, cancel := context.WithTimeout(r.m.ctx, time.Second)
-	defer cancel()
-	dc := &dialCtx{m: r.m}
-	ctx = context.WithValue(ctx, dialKey{}, dc)
-	raw, err := (*nextp)(ctx, "tcp", r.t.addr)
-	if err != nil {
-		return nil, "", dialOpts{}
-	}
-	remote := remoteString(raw)
-	if remote == "" {
-		_ = raw.Close()
-		return nil, "", dialOpts{}
-	}
-	return raw, remote, dc.o
+	r, _ := m.judge(t, oe.Addr.String())
+	return r
 }
 
 // judge classifies a new connection of the handoff's target.
@@ -584,77 +666,174 @@ func (r *run) waitChange(ctx context.Context) error {
 	}
 }
 
-// apply carries out actions in order.
-func (r *run) apply(act handoff.Action) {
-	if act == 0 {
+// awaitProbes are when a null-endpoint handoff probes the configured address
+// while the old node still serves, as fractions of the time from the MOVING
+// to the last call: four probes, so that each such MOVING costs at most four
+// probe connections to the retiring node before the last call, whatever the
+// window's length, and a DNS move is seen within a quarter of that time (the
+// old node serves meanwhile; the application's own dials see it too). Once
+// commands are held, at the last call, a probe runs every probe interval
+// until a replacement is seen.
+var awaitProbes = [...]float64{1. / 4, 1. / 2, 3. / 4, 7. / 8}
+
+// awaitProbeAt is when the k-th probe while awaiting is due (from 0); the
+// zero time once they have all been made.
+func (r *run) awaitProbeAt(k int) time.Time {
+	if k >= len(awaitProbes) {
+		return time.Time{}
+	}
+	start := r.h.Params().Start
+	return start.Add(time.Duration(awaitProbes[k] * float64(r.h.LastCall().Sub(start))))
+}
+
+// probe dials the configured address the way the client's own dial path
+// would (so a custom Dialer's resolution is honoured) and reports whether it
+// landed on a replacement: somewhere other than every node being retired
+// (not only this handoff's: in a chained move, DNS may still name the node
+// the previous MOVING retired). No command is sent. A connection that landed
+// on a replacement is kept as a spare for the pool's next dial (spare.go);
+// any other is closed.
+func (r *run) probe() bool {
+	raw, remote, o := r.m.probeDial(r.t)
+	if raw == nil {
+		return false
+	}
+	doomedBy, replaced := r.m.judge(r.t, remote)
+	if doomedBy == nil {
+		for _, x := range replaced {
+			if x == r {
+				r.m.offerSpare(r.t, raw, remote, o)
+				r.tally.replaced(time.Now())
+				r.m.emit(Event{Kind: EventReplacement, Node: r.n.key, Seq: r.seq, Successor: remote, Detail: "DNS now names " + remote})
+				return true
+			}
+		}
+	}
+	_ = raw.Close()
+	return false
+}
+
+// windowOver reports whether the handoff's window has ended.
+func (r *run) windowOver() bool { return !time.Now().Before(r.h.Deadline()) }
+
+// settle keeps a successor pin after the window while the configured
+// address still leads to the retired node: while the pool still dials
+// through the pin, it probes the address through the client's dial path and
+// drops the pin as soon as a probe lands on the successor (compared by the
+// address a dial through the pin reached, so a successor named by host name
+// is recognised), when a later MOVING takes
+// over, or at the pin's own bound. The probes back off (one interval, then
+// twice as long each time): at most settleProbes for the pin's minute, one
+// when DNS has moved by the window's end. A probe that lands on the
+// successor is kept as a spare for the next dial (spare.go).
+func (r *run) settle(every time.Duration) {
+	p := r.t.pin.Load()
+	if p == nil || p.gen != r.gen {
 		return
 	}
-	m := r.m
-	if act.Has(handoff.Retire) {
-		// Without a replacement (the hold) the old connections are fenced:
-		// still usable by the commands already past the hold, until the cap.
-		// Without the process hooks nothing holds commands before they take a
-		// connection, so the old connections are refused at once and commands
-		// wait in the dial path instead.
-		n := m.retire(r.n, m.refuses(act.Has(handoff.Hold)))
-		r.tally.retired += n
-		if !act.Has(handoff.Hold) {
-			r.tally.replaced(time.Now()) // retired without a hold: a replacement can be had
+	wait, probes := every, 0
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		select {
+		case <-timer.C:
+		case <-r.stop:
+			return
+		case <-r.m.ctx.Done():
+			return
 		}
-		_, capAt := r.h.Retired()
-		m.emit(Event{Kind: EventRetire, Node: r.n.key, Seq: r.seq, Count: n,
-			Detail: fmt.Sprintf("drain cap in %v", time.Until(capAt).Round(time.Millisecond))})
-	}
-	if act.Has(handoff.Hold) {
-		h := &hold{node: r.n.key, released: make(chan struct{}), until: r.h.Deadline().Add(m.s.holdBudget)}
-		r.hold.Store(h)
-		m.addHold(h)
-		m.emit(Event{Kind: EventHold, Node: r.n.key, Seq: r.seq})
-	}
-	if h := r.hold.Load(); act.Has(handoff.Release) && h != nil {
-		if !act.Has(handoff.Finish) {
-			m.retire(r.n, true) // a replacement can be had: refuse what is left
-			r.tally.replaced(time.Now())
+		if cur := r.t.pin.Load(); cur == nil || cur.gen != r.gen {
+			return // a later MOVING took over, or the pin expired
 		}
-		m.releaseHold(h)
-		m.emit(Event{Kind: EventRelease, Node: r.n.key, Seq: r.seq})
-	}
-	if act.Has(handoff.CloseRemaining) {
-		closed, owed, blocking := m.closeRetired(r.n, false)
-		r.tally.closedAtCap += closed
-		r.tally.blockingAtCap += blocking
-		m.emit(Event{Kind: EventDrainCap, Node: r.n.key, Seq: r.seq, Count: closed,
-			Detail: fmt.Sprintf("idle closed; left open, a reply owed %d (a blocking command %d)", owed, blocking)})
-	}
-	if act.Has(handoff.Finish) {
-		if retired, _ := r.h.Retired(); retired && !r.superseded() {
-			// A hold that ran out of budget leaves the old connections
-			// fenced: the handoff is over, they are refused from now on (a
-			// fenced connection would be handed out, with its deadlines
-			// floored, for the rest of its life).
-			for _, c := range r.n.snapshot() {
-				if c.state.Load() == stateFenced {
-					m.retireConn(c, true)
-				}
-			}
-			// Connections left open at the cap for a reply that has come
-			// since: idle now, closed before the server closes them.
-			m.closeRetired(r.n, true)
+		over := !time.Now().Before(p.until)
+		if !over && probes < settleProbes && p.dialedAfter.Swap(false) {
+			// Only a pin the pool still dials through is worth a probe: one
+			// no dial uses after the window costs nothing until its bound,
+			// and a probe would be a connection beyond one per connection in
+			// use (node-redis's criterion).
+			probes++
+			over = r.probeSuccessor(p)
 		}
-		if h := r.hold.Load(); h != nil {
-			m.releaseHold(h)
+		if over {
+			// The configured address leads to the successor itself now: DNS
+			// has caught up (landing merely somewhere other than the retired
+			// node could be an older retired node), or the pin's bound.
+			r.t.unpin(r.gen)
+			r.m.emit(Event{Kind: EventHandoffDone, Node: r.n.key, Seq: r.seq, Detail: "successor pin dropped"})
+			return
 		}
-		if r.h.Params().Successor == "" || !r.windowOver() {
-			r.t.unpin(r.gen) // superseded, or closing: nothing to keep
+		wait *= 2
+		if left := time.Until(p.until); probes >= settleProbes || wait > left {
+			wait = max(left, 0)
 		}
-		m.endRun(r)
-		m.endMovingRelax(r.t, r.relaxBound)
-		m.emit(Event{Kind: EventHandoffDone, Node: r.n.key, Seq: r.seq})
-		r.emitReport()
+		timer.Reset(wait)
 	}
-	// Wake dials waiting out a doomed landing: the phase may have changed.
+}
+
+// settleProbes bounds the probes settle makes for one pin: at 1, 3, 7, 15
+// and 31 probe intervals after the window; then the pin ends at its bound.
+const settleProbes = 5
+
+// probeSuccessor probes the configured address and reports whether it led
+// to the successor of pin p; that connection is kept as a spare.
+func (r *run) probeSuccessor(p *pin) bool {
+	raw, remote, o := r.m.probeDial(r.t)
+	if raw == nil {
+		return false
+	}
+	if !sameSuccessor(p, remote) {
+		_ = raw.Close()
+		return false
+	}
+	r.m.offerSpare(r.t, raw, remote, o)
+	return true
+}
+
+// sameSuccessor reports whether remote is the successor of pin p: its
+// address as named, or as a dial through the pin reached it.
+func sameSuccessor(p *pin, remote string) bool {
+	if classify.SameAddr(remote, p.addr) {
+		return true
+	}
+	l := p.landed.Load()
+	return l != nil && classify.SameAddr(remote, *l)
+}
+
+// superseded reports whether a later MOVING replaced this handoff.
+func (r *run) superseded() bool {
+	select {
+	case <-r.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// supersede ends a handoff that a later MOVING replaced.
+func (r *run) supersede() {
+	select {
+	case <-r.stop:
+	default:
+		close(r.stop)
+	}
+}
+
+// endRun removes r from the handoffs in progress, if it is still there.
+func (m *Maint) endRun(r *run) {
 	m.ho.mu.Lock()
-	close(r.changed)
-	r.changed = make(chan struct{})
+	swapIn(&m.ho.runs, r, nil)
+	r.n.run.CompareAndSwap(r, nil)
 	m.ho.mu.Unlock()
+	m.reg.forgetIdle(r.n)
+}
+
+// stopTimer stops t and drains a tick it already sent, so that it can be
+// Reset.
+func stopTimer(t *time.Timer) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
 }
