@@ -201,20 +201,21 @@ func (g *registry) poolOf(node string) string {
 func (g *registry) nodeList() []*node {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	out := make([]*node, 0, len(g.nodes))
-	for _, n := range g.nodes {
-		out = append(out, n)
-	}
-	return out
+	return valuesOf(g.nodes)
 }
 
 // targetList returns the targets known now.
 func (g *registry) targetList() []*target {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	out := make([]*target, 0, len(g.targets))
-	for _, t := range g.targets {
-		out = append(out, t)
+	return valuesOf(g.targets)
+}
+
+// valuesOf returns the values of a map, in no order.
+func valuesOf[K comparable, V any](m map[K]V) []V {
+	out := make([]V, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
 	}
 	return out
 }
