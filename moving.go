@@ -156,6 +156,12 @@ func (t *target) unpin(gen uint64) {
 	}
 }
 
+// 1. A MOVING arrives.
+
+// onMoving acts on a MOVING read on connection c: the first copy starts a
+// handoff for c's node, a later copy or an older MOVING joins or is
+// ignored. It runs on the goroutine reading c and does not block: the
+// handoff's timed actions run on its driver (run.loop).
 func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 	n, t := c.n, c.t
 	if nt.Time < 0 {
@@ -248,6 +254,8 @@ func (m *Maint) movingCopy(c *conn, nt resp.Notification, e seenMoving) {
 		}
 	}
 }
+
+// 2. The driver: the handoff's actions, on time and in order.
 
 // loop carries out the handoff's timed actions until it is done.
 func (r *run) loop() {
@@ -402,6 +410,8 @@ func (r *run) apply(act handoff.Action) {
 	m.ho.mu.Unlock()
 }
 
+// 3. Holds: what commands do while no connection can serve them.
+
 // hold is one node's period during which commands wait.
 type hold struct {
 	node     string
@@ -411,6 +421,7 @@ type hold struct {
 	tally    holdTally // the commands that waited on it (report.go)
 }
 
+// release ends the hold for its waiters, once.
 func (h *hold) release() { h.once.Do(func() { close(h.released) }) }
 
 // addHold puts h in force.
@@ -499,6 +510,8 @@ func (m *Maint) heldDone(h *hold, start time.Time, why string) {
 	h.tally.note(time.Since(start), why == "timeout")
 }
 
+// 4. Retiring the node's connections, and closing them at the cap.
+
 // refuses reports whether retiring a node now refuses its connections to the
 // pool at once rather than fencing them: fencing is only for a hold, and
 // only when the process hooks can hold commands before they take one.
@@ -568,6 +581,8 @@ func (m *Maint) closeRetired(n *node, final bool) (closed, owed, blocking int) {
 	m.c.owedAtCap.Add(uint64(owed))
 	return closed, owed, blocking
 }
+
+// 5. New connections meanwhile: judged, and looked for by probes.
 
 // judge passes judgement on a new connection of target t that reached
 // remote, against every handoff in progress: it returns the handoff whose
@@ -712,6 +727,8 @@ func (r *run) probe() bool {
 	_ = raw.Close()
 	return false
 }
+
+// 6. After the window, and the end.
 
 // windowOver reports whether the handoff's window has ended.
 func (r *run) windowOver() bool { return !time.Now().Before(r.h.Deadline()) }
