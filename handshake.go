@@ -126,6 +126,9 @@ type hsState struct {
 	last         mono          // the last answer, for pruning
 }
 
+// init sets how long a refusal for lack of support is remembered.
+func (hs *handshakes) init(retry time.Duration) { hs.retry = retry }
+
 // stateLocked returns remote's entry, made on first sight. hs.mu is held.
 func (hs *handshakes) stateLocked(remote string, now mono) *hsState {
 	st := hs.m[remote]

@@ -56,7 +56,7 @@ func New(opts ...Option) *Maint {
 		o(&cfg)
 	}
 	m := &Maint{s: cfg.settings()}
-	m.hs.retry = m.s.handshakeRetry
+	m.hs.init(m.s.handshakeRetry)
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	switch m.s.endpoint {
 	case "", "internal-ip", "internal-fqdn", "external-ip", "external-fqdn", "none":
@@ -237,11 +237,7 @@ func (m *Maint) Close() error {
 	if cs := m.s.cluster; cs != nil {
 		cs.leave(m)
 	}
-	if hs := m.ho.holds.Swap(nil); hs != nil {
-		for _, h := range *hs {
-			h.release()
-		}
-	}
+	m.ho.releaseAll()
 	m.endRelaxReports()
 	m.deferred.shutAll()
 	m.wg.Wait()

@@ -85,6 +85,15 @@ func (ho *handoffs) running() []*run {
 	return nil
 }
 
+// releaseAll ends every hold (Close): held commands go on.
+func (ho *handoffs) releaseAll() {
+	if hs := ho.holds.Swap(nil); hs != nil {
+		for _, h := range *hs {
+			h.release()
+		}
+	}
+}
+
 // run drives one handoff: it owns the goroutine that carries out the
 // handoff's actions on time, probes DNS during a null-endpoint window, and
 // answers the dial path's questions about new connections.
