@@ -18,7 +18,9 @@ import (
 // client. It is safe for concurrent use by multiple goroutines.
 //
 // Each concern keeps its state in a type of its own file, which Maint
-// composes; only that file's code touches it.
+// composes and which only that file's code touches; Maint's own fields (the
+// settings, the counters, its context and whether it has stepped aside) are
+// read by all.
 type Maint struct {
 	s settings
 	c counters
