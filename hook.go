@@ -16,12 +16,12 @@ import (
 // connection judged by the address it dials and the node it reached. It is
 // a redis.Hook: rdb.AddHook(m) is the whole integration for an existing
 // client. It is safe for concurrent use by multiple goroutines.
-//
-// Each concern keeps its state in a type of its own file, which Maint
-// composes and which only that file's code touches; Maint's own fields (the
-// settings, the counters, its context and whether it has stepped aside) are
-// read by all.
 type Maint struct {
+	// Each concern keeps its state in a type of its own file, composed
+	// below, which only that file's code touches; the Maint's own fields
+	// (the settings, the counters, its context and whether it has stepped
+	// aside) are read by all.
+
 	s settings
 	c counters
 
