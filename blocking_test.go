@@ -15,14 +15,6 @@ import (
 	"github.com/maintkit/maint/mainttest"
 )
 
-// A blocking command in flight on a retiring node is left to the server's own
-// close: the drain cap never cuts it. These are the peers' criteria (Lettuce:
-// a BLPOP in flight when the MOVING arrives still returns the value another
-// client pushes), on both install routes, with retries disabled.
-
-// blockingRoutes are the install routes the blocking scenarios run on.
-var blockingRoutes = []route{routes[0], routes[1]}
-
 // blpopInFlight starts BLPOP q 0 on rdb and waits until the old node holds
 // it; the returned channel yields its result.
 func blpopInFlight(t *testing.T, e *env, rdb *redis.Client, q string) <-chan *redis.StringSliceCmd {

@@ -127,13 +127,6 @@ func (r *failoverRun) switchedAt(d time.Duration) time.Time {
 	return ev.At
 }
 
-func retriesName(n int) string {
-	if n < 0 {
-		return "MaxRetries-1"
-	}
-	return "MaxRetriesDefault"
-}
-
 // A MOVING of the master, naming its successor or with a null endpoint, the
 // old master refusing connections at the window's end and the Discovery
 // Service naming the successor as the window ends or 0.5 s later: maint
