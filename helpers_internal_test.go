@@ -111,3 +111,51 @@ func waitIdle(t *testing.T, m *Maint) {
 	t.Helper()
 	require.Eventually(t, func() bool { return m.runs.Load() == nil }, 30*time.Second, 5*time.Millisecond)
 }
+
+// dlConn is a fakeConn that records the deadlines put on the socket.
+type dlConn struct {
+	fakeConn
+	dmu         sync.Mutex
+	reads       []time.Time
+	writes      []time.Time
+	readSetters int
+}
+
+func (d *dlConn) SetDeadline(t time.Time) error {
+	d.dmu.Lock()
+	defer d.dmu.Unlock()
+	d.reads = append(d.reads, t)
+	d.writes = append(d.writes, t)
+	d.readSetters++
+	return nil
+}
+
+func (d *dlConn) SetReadDeadline(t time.Time) error {
+	d.dmu.Lock()
+	defer d.dmu.Unlock()
+	d.reads = append(d.reads, t)
+	d.readSetters++
+	return nil
+}
+
+func (d *dlConn) SetWriteDeadline(t time.Time) error {
+	d.dmu.Lock()
+	defer d.dmu.Unlock()
+	d.writes = append(d.writes, t)
+	return nil
+}
+
+func (d *dlConn) lastRead() (time.Time, int) {
+	d.dmu.Lock()
+	defer d.dmu.Unlock()
+	if len(d.reads) == 0 {
+		return time.Time{}, 0
+	}
+	return d.reads[len(d.reads)-1], d.readSetters
+}
+
+func wrapDL(t *testing.T, m *Maint, remote string, script []byte) (*conn, *dlConn) {
+	t.Helper()
+	raw := &dlConn{fakeConn: fakeConn{r: bytes.NewReader(script), remote: remote}}
+	return m.wrap(m.target("redis.test:6379"), raw, remote), raw
+}
