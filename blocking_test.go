@@ -15,14 +15,6 @@ import (
 	"github.com/maintkit/maint/mainttest"
 )
 
-// A blocking command in flight on a retiring node is left to the server's own
-// close: the drain cap never cuts it. These are the peers' criteria (Lettuce:
-// a BLPOP in flight when the MOVING arrives still returns the value another
-// client pushes), on both install routes, with retries disabled.
-
-// blockingRoutes are the install routes the blocking scenarios run on.
-var blockingRoutes = []route{routes[0], routes[1]}
-
 // blpopInFlight starts BLPOP q 0 on rdb and waits until the old node holds
 // it; the returned channel yields its result.
 func blpopInFlight(t *testing.T, e *env, rdb *redis.Client, q string) <-chan *redis.StringSliceCmd {
@@ -125,4 +117,43 @@ func TestBlockingCommandPastTheWindowIsRetriedByDefault(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Issue 5, proof 6: a blocking command that fits in the drain cap completes;
+// one that does not is not cut at the cap (maint leaves it to the server's
+// close at the window's end), and the next command runs on the replacement.
+func TestBlockingCommandsAndTheDrainCap(t *testing.T) {
+	e := newEnv(t)
+	ev := &eventLog{}
+	// Window 6s, relaxed 10s: cap = min(5s, 3s) = 3s.
+	m := newMaint(t, ev)
+	short := e.directClient(e.old, m, 3*time.Second)
+	long := e.directClient(e.old, m, 3*time.Second)
+	ctx := context.Background()
+	require.NoError(t, short.Ping(ctx).Err())
+	require.NoError(t, long.Ping(ctx).Err())
+
+	shortRes := make(chan error, 1)
+	longRes := make(chan error, 1)
+	go func() { shortRes <- short.BLPop(ctx, time.Second, "nothing").Err() }()
+	go func() { longRes <- long.BLPop(ctx, 0, "nothing").Err() }()
+	waitFor(t, "both BLPOPs in flight", 5*time.Second, func() bool { return e.old.Stats().Pending >= 2 })
+	start := time.Now()
+	e.old.Moving(mainttest.Moving{Window: 6 * time.Second, To: e.new})
+	// The blocked connections read the MOVING only with their reply; a third
+	// client on the node reads it now, and the handoff is node-wide.
+	third := e.directClient(e.old, m, 3*time.Second)
+	require.NoError(t, third.Ping(ctx).Err())
+
+	require.ErrorIs(t, <-shortRes, redis.Nil, "the 1s BLPOP fits in the cap and completes")
+	err := <-longRes
+	failedAfter := time.Since(start)
+	require.Error(t, err)
+	require.NotErrorIs(t, err, maint.ErrDrainCap, "events:\n%s", ev)
+	t.Logf("BLPOP 0 failed after %v: %v", failedAfter, err)
+	assert.GreaterOrEqual(t, failedAfter, 6*time.Second, "failed before the server's close at the window's end")
+
+	before := e.new.Stats().Served
+	require.NoError(t, long.Ping(ctx).Err())
+	assert.Greater(t, e.new.Stats().Served, before, "the next command runs on the replacement")
 }

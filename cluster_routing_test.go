@@ -96,11 +96,6 @@ func newAfterMove(t *testing.T, options bool) *afterMove {
 	return am
 }
 
-func eachRoute(t *testing.T, f func(t *testing.T, options bool)) {
-	t.Run("options", func(t *testing.T) { f(t, true) })
-	t.Run("Instrument", func(t *testing.T) { f(t, false) })
-}
-
 // [XGROUP CREATE s g $ MKSTREAM, XADD s * f v] on a stream that never
 // moved runs in that order: the group delivers the entry.
 func TestClusterPipelineOrderAfterSMigrated(t *testing.T) {

@@ -25,26 +25,6 @@ import (
 	"github.com/maintkit/maint/mainttest"
 )
 
-// funcHook is a redis.Hook made of optional functions.
-type funcHook struct {
-	process  func(next redis.ProcessHook) redis.ProcessHook
-	pipeline func(next redis.ProcessPipelineHook) redis.ProcessPipelineHook
-}
-
-func (h funcHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h funcHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	if h.process != nil {
-		return h.process(next)
-	}
-	return next
-}
-func (h funcHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	if h.pipeline != nil {
-		return h.pipeline(next)
-	}
-	return next
-}
-
 // slotMapHook is on every node client of a contract test's ClusterClient:
 // it counts the CLUSTER SLOTS go-redis sends, and answers them itself with
 // serve's map when set (what maint does after an SMIGRATED).

@@ -16,11 +16,8 @@ package maint_test
 //     picks; ReloadState reloads it (lazily).
 
 import (
-	"bytes"
 	"context"
-	"net"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,55 +27,6 @@ import (
 
 	"github.com/maintkit/maint/mainttest"
 )
-
-// subDialLog records the pub/sub connections a client made (those that wrote
-// SSUBSCRIBE), by address, so a test can break one under go-redis.
-type subDialLog struct {
-	next  func(ctx context.Context, network, addr string) (net.Conn, error)
-	mu    sync.Mutex
-	conns []net.Conn
-	addrs []string
-}
-
-// subDialConn marks itself in its subDialLog at its first SSUBSCRIBE.
-type subDialConn struct {
-	net.Conn
-	d    *subDialLog
-	addr string
-	once sync.Once
-}
-
-func (c *subDialConn) Write(p []byte) (int, error) {
-	if bytes.Contains(p, []byte("ssubscribe")) {
-		c.once.Do(func() {
-			c.d.mu.Lock()
-			c.d.conns = append(c.d.conns, c.Conn)
-			c.d.addrs = append(c.d.addrs, c.addr)
-			c.d.mu.Unlock()
-		})
-	}
-	return c.Conn.Write(p)
-}
-
-func (d *subDialLog) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	c, err := d.next(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	return &subDialConn{Conn: c, d: d, addr: addr}, nil
-}
-
-// last returns the latest pub/sub connection and its address, and how many
-// there were.
-func (d *subDialLog) last() (net.Conn, string, int) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	n := len(d.conns)
-	if n == 0 {
-		return nil, "", 0
-	}
-	return d.conns[n-1], d.addrs[n-1], n
-}
 
 // psContract is an emulated cluster and a bare ClusterClient with one
 // PubSub SSUBSCRIBEd to two channels of one slot of node a.
@@ -209,14 +157,6 @@ func (p *psContract) silent(t *testing.T, d time.Duration) bool {
 		}
 	}
 	return true
-}
-
-// ownerBy returns the address the ClusterClient's slot map gives channel.
-func ownerBy(t *testing.T, cc *redis.ClusterClient, channel string) string {
-	t.Helper()
-	c, err := cc.MasterForKey(context.Background(), channel)
-	require.NoError(t, err)
-	return c.Options().Addr
 }
 
 func TestContractPubSubServerSunsubscribeIsOnlyAMessage(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -126,4 +127,261 @@ func TestHandshakeModes(t *testing.T) {
 			assert.NotEqual(t, mainttest.KindUnsupported, e.Kind)
 		}
 	})
+}
+
+// errorCounter is an application's hook and Limiter that count what go-redis
+// reports as errors: maint's handshake must not show up in either.
+type errorCounter struct {
+	hookErrs, cmdErrs, limiterErrs atomic.Int64
+	names                          sync.Map
+}
+
+func (h *errorCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *errorCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.names.Store(strings.ToLower(cmd.Name()), true)
+		err := next(ctx, cmd)
+		if err != nil {
+			h.hookErrs.Add(1)
+			h.names.Store("error: "+err.Error(), true)
+		}
+		if cmd.Err() != nil {
+			h.cmdErrs.Add(1)
+		}
+		return err
+	}
+}
+func (h *errorCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if err != nil {
+			h.hookErrs.Add(1)
+			h.names.Store("pipeline error: "+err.Error(), true)
+		}
+		return err
+	}
+}
+func (h *errorCounter) Allow() error { return nil }
+func (h *errorCounter) ReportResult(err error) {
+	if err != nil && err != redis.Nil {
+		h.limiterErrs.Add(1)
+	}
+}
+
+// Item 2: the opt-in goes on the wire behind HELLO and its refusal never
+// reaches the application: not its hooks, not its Limiter, not its error
+// counts; one log line, one refusal remembered.
+func TestHandshakeRefusalNeverReachesTheApplication(t *testing.T) {
+	e := newEnv(t)
+	e.old.SetUnsupported(true)
+	logs := &logLines{}
+	m := maint.New(maint.WithLogf(logs.logf))
+	defer m.Close()
+	app := &errorCounter{}
+	opt := e.options(8)
+	opt.Limiter = app
+	// The embedded miniredis refuses go-redis's own CLIENT SETINFO, which
+	// the application would see too: leave it out, to count maint's alone.
+	opt.DisableIdentity = true
+	m.Configure(opt)
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	rdb.AddHook(app) // the application's hook, added before maint's
+	rdb.AddHook(m)
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 50; i++ {
+				assert.NoError(t, rdb.Set(context.Background(), "k", i, 0).Err())
+			}
+		}()
+	}
+	wg.Wait()
+	st := e.old.Stats()
+	t.Logf("connections %d, handshakes read by the server %d; maint %+v", st.Opened, st.Handshakes, m.Stats())
+	app.names.Range(func(k, _ any) bool { t.Log("the application saw: ", k); return true })
+	assert.Zero(t, app.hookErrs.Load(), "errors seen by the application's hook")
+	assert.Zero(t, app.cmdErrs.Load(), "commands with an error")
+	assert.Zero(t, app.limiterErrs.Load(), "errors reported to the Limiter")
+	_, sawHandshake := app.names.Load("client")
+	assert.False(t, sawHandshake, "the application's hook never sees maint's handshake")
+	assert.EqualValues(t, 1, m.Stats().Unsupported)
+	assert.Equal(t, 1, logs.count("does not support"), "one log line, not one per connection")
+	assert.Equal(t, 1, st.Handshakes, "one handshake for the whole burst of first connections")
+}
+
+// Item 2: a refusal is not forever. An old proxy refuses, an upgraded one
+// accepts: after the cooldown, the next new connection asks again and the
+// client is under maint.
+func TestHandshakeRefusalExpires(t *testing.T) {
+	e := newEnv(t)
+	e.old.SetUnsupported(true)
+	m := maint.New(maint.WithLogf(t.Logf), maint.WithHandshakeRetry(300*time.Millisecond))
+	defer m.Close()
+	opt := e.options(1)
+	opt.ConnMaxLifetime = 200 * time.Millisecond // new connections now and then
+	rdb := m.NewClient(opt)
+	defer rdb.Close()
+	ctx := context.Background()
+	require.NoError(t, rdb.Ping(ctx).Err())
+	require.EqualValues(t, 1, m.Stats().Unsupported)
+	e.old.SetUnsupported(false) // the rolling upgrade reaches this endpoint
+	waitFor(t, "a connection opted in", 10*time.Second, func() bool {
+		require.NoError(t, rdb.Ping(ctx).Err())
+		return e.old.Stats().OptedIn > 0
+	})
+	// And maint acts on what it now receives.
+	e.old.Moving(mainttest.Moving{Window: 2 * time.Second, To: e.new})
+	waitFor(t, "the move", 10*time.Second, func() bool {
+		require.NoError(t, rdb.Ping(ctx).Err())
+		return m.Stats().Handoffs > 0
+	})
+}
+
+// Item 2: a refusal that does not mean "no support" (LOADING, no answer, a
+// closed socket) is not remembered: the next connection asks again.
+func TestTransientRefusalIsNotRemembered(t *testing.T) {
+	for _, h := range []mainttest.Handshake{
+		{Answer: mainttest.AnswerError, Error: "LOADING Redis is loading the dataset in memory", Times: 1},
+		{Answer: mainttest.AnswerClose, Times: 1},
+	} {
+		t.Run(h.Answer.String(), func(t *testing.T) {
+			e := newEnv(t)
+			e.old.SetHandshake(h)
+			m := maint.New(maint.WithLogf(t.Logf))
+			defer m.Close()
+			opt := e.options(1)
+			opt.MaxRetries = 2                           // a connection closed at its handshake is redialled
+			opt.ConnMaxLifetime = 100 * time.Millisecond // and new connections come now and then
+			rdb := m.NewClient(opt)
+			defer rdb.Close()
+			ctx := context.Background()
+			_ = rdb.Ping(ctx).Err() // the first connection meets the transient answer
+			waitFor(t, "an opt-in", 10*time.Second, func() bool {
+				if err := rdb.Ping(ctx).Err(); err != nil {
+					return false
+				}
+				return e.old.Stats().OptedIn > 0
+			})
+			assert.Zero(t, m.Stats().Unsupported, "nothing remembered")
+		})
+	}
+}
+
+// A cold burst of 64 simultaneous first connections to an endpoint that
+// refuses the opt-in sends exactly one handshake, and an application hook
+// added after maint, counting errors from next, counts none; nor does its
+// Limiter. Repeated, since the race it guards against was intermittent.
+func TestColdBurstOneHandshake(t *testing.T) {
+	for run := 0; run < 5; run++ {
+		e := newEnv(t)
+		e.old.SetUnsupported(true)
+		logs := &logLines{}
+		g := maint.NewGroup(maint.WithLogf(logs.logf))
+		app := &errorCounter{}
+		opt := e.options(64)
+		switch run {
+		case 1:
+			opt.MinIdleConns = 4 // connections dialled and left idle before the burst
+		case 2:
+			opt.PoolSize = 16 // dialled connections handed from one command to another
+		case 3:
+			opt.MinIdleConns, opt.PoolSize = 4, 16
+		case 4:
+			// A slow server: the answer comes after handshakeWait (1s),
+			// and every reply after 1.5s.
+			e.old.SetLatency(1500 * time.Millisecond)
+		}
+		opt.Limiter = app
+		opt.DisableIdentity = true // miniredis refuses CLIENT SETINFO: count maint's alone
+		rdb := g.NewClient(opt)
+		rdb.AddHook(app) // after maint's
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := 0; i < 64; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				// Commands return their connections at once: a connection
+				// dialled for one may be handed to another, or left idle.
+				for j := 0; j < 20 && (run != 4 || j < 1); j++ {
+					assert.NoError(t, rdb.Ping(context.Background()).Err())
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		st := e.old.Stats()
+		require.NoError(t, rdb.Close())
+		require.NoError(t, g.Close())
+		t.Logf("run %d: connections %d, handshakes %d", run, st.Opened, st.Handshakes)
+		require.GreaterOrEqual(t, st.Opened, 16, "a burst of first connections")
+		assert.Equal(t, 1, st.Handshakes, "exactly one handshake for the burst")
+		assert.Zero(t, app.hookErrs.Load(), "errors seen by a hook after maint's")
+		assert.Zero(t, app.cmdErrs.Load())
+		assert.Zero(t, app.limiterErrs.Load(), "errors reported to the Limiter")
+		assert.Equal(t, 1, logs.count("does not support"), "one log line")
+	}
+}
+
+// HandshakeRequired sends the opt-in on the wire too: the application's
+// hook, added after maint's, never sees it as a command; against an
+// endpoint that accepts, it counts no error, with or without go-redis's
+// CLIENT SETINFO behind HELLO. Against one that refuses, the application's
+// commands fail with maint's error, and the hook still never sees the
+// handshake itself.
+func TestRequiredHandshakeNeverReachesHooks(t *testing.T) {
+	for _, identity := range []bool{true, false} {
+		for _, refuse := range []bool{false, true} {
+			e := newEnv(t)
+			e.old.SetUnsupported(refuse)
+			g := maint.NewGroup(maint.WithLogf(t.Logf), maint.WithHandshake(maint.HandshakeRequired))
+			app := &errorCounter{}
+			opt := e.options(8)
+			opt.DisableIdentity = !identity // miniredis refuses CLIENT SETINFO: with it, go-redis ignores that error
+			rdb := g.NewClient(opt)
+			rdb.AddHook(app)
+			var wg sync.WaitGroup
+			var failed atomic.Int64
+			for i := 0; i < 8; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for j := 0; j < 10; j++ {
+						if err := rdb.Set(context.Background(), "k", j, 0).Err(); err != nil {
+							failed.Add(1)
+							assert.Contains(t, err.Error(), "maint:")
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			_, sawHandshake := app.names.Load("client")
+			assert.False(t, sawHandshake, "the hook never sees maint's handshake (identity %v, refuse %v)", identity, refuse)
+			app.names.Range(func(k, _ any) bool {
+				if !refuse {
+					assert.NotContains(t, strings.ToLower(k.(string)), "maint_notifications", "the hook saw %q", k)
+				}
+				return true
+			})
+			if refuse {
+				assert.EqualValues(t, 80, failed.Load(), "required: every command fails against an endpoint that refuses")
+				assert.Equal(t, 1, e.old.Stats().Handshakes, "asked once")
+			} else {
+				assert.Zero(t, failed.Load())
+				if !identity { // miniredis refuses go-redis's own CLIENT SETINFO, which the hook sees
+					assert.Zero(t, app.hookErrs.Load(), "errors seen by a hook after maint's")
+				}
+				waitFor(t, "every connection opted in", 5*time.Second, func() bool {
+					st := e.old.Stats()
+					return st.OptedIn == st.Opened
+				})
+			}
+			require.NoError(t, rdb.Close())
+			require.NoError(t, g.Close())
+		}
+	}
 }

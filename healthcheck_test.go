@@ -1,13 +1,16 @@
 package maint
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/maintkit/maint/internal/resp"
@@ -144,4 +147,48 @@ func TestHealthCheckFailsOnAPartialStaleReply(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	err := grConnCheck(c)
 	require.ErrorIs(t, err, errUnexpectedRead2, "go-redis then peeks '$' and discards the connection")
+}
+
+// blockingConn returns its script, then blocks until its read deadline.
+type blockingConn struct {
+	fakeConn
+	dl   chan time.Time
+	once sync.Once
+}
+
+func (b *blockingConn) SetReadDeadline(t time.Time) error { b.dl <- t; return nil }
+func (b *blockingConn) Read(p []byte) (int, error) {
+	n, err := b.fakeConn.Read(p)
+	if n > 0 || err == nil {
+		return n, err
+	}
+	d := <-b.dl
+	if d.IsZero() {
+		d = <-b.dl
+	}
+	time.Sleep(time.Until(d))
+	return 0, &net.OpError{Op: "read", Err: osTimeout{}}
+}
+
+// The pool's health check peeks with no deadline: a read it triggers on an
+// idle connection whose only pending bytes are a notification must not block.
+func TestHealthCheckReadDoesNotBlockOnANotification(t *testing.T) {
+	m := New(WithLogf(t.Logf))
+	defer m.Close()
+	raw := &blockingConn{fakeConn: fakeConn{r: bytes.NewReader(resp.AppendMoving(nil, 1, 5, "10.0.0.2:1", false)), remote: "127.0.0.2:6379"}, dl: make(chan time.Time, 4)}
+	c := m.wrap(m.target("redis.test:6379"), raw, raw.remote)
+	_, _ = c.SyscallConn() // the health check
+	done := make(chan error, 1)
+	go func() {
+		var b [16]byte
+		_, err := c.Read(b[:])
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.Error(t, err, "nothing but the notification: the check sees an error and discards the connection")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the health check's read blocked")
+	}
+	assert.EqualValues(t, 1, m.Stats().Handoffs, "the MOVING was acted on")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -152,4 +153,71 @@ func TestUniversalFailoverClusterShapeUnsupportedByGoRedis(t *testing.T) {
 	// its handler off for failover clients: no data connection opts in.
 	assert.Zero(t, st.OptedIn, "the master's connections opted in: the gap is closed, update docs/guarantees.md")
 	assert.Zero(t, ds.Stats().Handshakes, "the Discovery Service received the handshake")
+}
+
+// The Universal route, one address: a *redis.Client whose connections are
+// all opted in.
+func TestUniversalOneAddress(t *testing.T) {
+	e := newEnv(t)
+	g := maint.NewGroup(maint.WithLogf(t.Logf))
+	defer g.Close()
+	rdb := g.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{e.old.Addr()}, Protocol: 3, MinIdleConns: 2, PoolSize: 2})
+	defer rdb.Close()
+	c, ok := rdb.(*redis.Client)
+	require.True(t, ok, "%T", rdb)
+	waitFor(t, "MinIdleConns dialled", 10*time.Second, func() bool { return e.old.Stats().Opened >= 2 })
+	useConns(t, c, 2)
+	allOptedIn(t, e.old, 2)
+	assert.Len(t, g.Maints(), 1)
+}
+
+// The Universal route, several addresses and cluster mode: a ClusterClient
+// whose node clients each get a Maint before their first connection. (The
+// emulated cluster comes from elsewhere: only the wiring is asserted.)
+func TestUniversalClusterShapes(t *testing.T) {
+	for _, shape := range []string{"several", "IsClusterMode"} {
+		t.Run(shape, func(t *testing.T) {
+			e := newEnv(t)
+			opt := &redis.UniversalOptions{Addrs: []string{e.old.Addr(), e.new.Addr()}, Protocol: 3, MaxRetries: -1}
+			if shape == "IsClusterMode" {
+				opt.Addrs = opt.Addrs[:1]
+				opt.IsClusterMode = true
+			}
+			g := maint.NewGroup(maint.WithLogf(t.Logf))
+			defer g.Close()
+			rdb := g.NewUniversalClient(opt)
+			defer rdb.Close()
+			_, ok := rdb.(*redis.ClusterClient)
+			require.True(t, ok, "%T", rdb)
+			_ = rdb.Ping(context.Background()).Err() // the emulator is no cluster: CLUSTER SLOTS fails
+			waitFor(t, "node Maints", 5*time.Second, func() bool { return len(g.Maints()) > 0 })
+			// go-redis picks a seed at random: either endpoint's connection.
+			waitFor(t, "the seed node's connection opted in", 5*time.Second, func() bool {
+				return e.old.Stats().OptedIn+e.new.Stats().OptedIn > 0
+			})
+		})
+	}
+}
+
+// The Universal route with MasterName: a failover client whose data-node
+// connections (MinIdleConns ones included, dialled while the client is
+// being built) are opted in, and whose sentinel connections never receive
+// the handshake.
+func TestUniversalMasterName(t *testing.T) {
+	e := newEnv(t)
+	s := newFakeSentinel(t, e.old.Addr())
+	g := maint.NewGroup(maint.WithLogf(t.Logf))
+	defer g.Close()
+	rdb := g.NewUniversalClient(&redis.UniversalOptions{
+		MasterName: "db", Addrs: []string{s.addr()}, Protocol: 3, MinIdleConns: 2, PoolSize: 2, MaxRetries: -1,
+	})
+	defer rdb.Close()
+	waitFor(t, "MinIdleConns dialled", 10*time.Second, func() bool { return e.old.Stats().Opened >= 2 })
+	useConns(t, rdb.(*redis.Client), 2)
+	allOptedIn(t, e.old, 2)
+	for _, c := range s.commands() {
+		assert.False(t, strings.HasPrefix(c, "client maint_notifications"), "the sentinel got %q", c)
+	}
+	assert.NotEmpty(t, s.commands())
+	assert.Len(t, g.Maints(), 1)
 }

@@ -12,42 +12,6 @@ import (
 	"github.com/maintkit/maint/internal/resp"
 )
 
-// newCluster starts a cluster on e, failing the test on error.
-func newCluster(t *testing.T, e *Emulator, cfg ClusterConfig) *Cluster {
-	t.Helper()
-	cl, err := e.NewCluster(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cl
-}
-
-// keyOn returns a key (with prefix) whose slot cl's node ep owns now.
-func keyOn(t *testing.T, cl *Cluster, ep *Endpoint, prefix string) string {
-	t.Helper()
-	for i := 0; i < 100000; i++ {
-		k := prefix + strconv.Itoa(i)
-		if cl.OwnerOf(k) == ep {
-			return k
-		}
-	}
-	t.Fatalf("no key for %s", ep.Addr())
-	return ""
-}
-
-// keyInSlot returns a key (with prefix) in slot.
-func keyInSlot(t *testing.T, slot int, prefix string) string {
-	t.Helper()
-	for i := 0; i < 1000000; i++ {
-		k := prefix + strconv.Itoa(i)
-		if KeySlot(k) == slot {
-			return k
-		}
-	}
-	t.Fatalf("no key in slot %d", slot)
-	return ""
-}
-
 func TestKeySlot(t *testing.T) {
 	for _, tc := range []struct {
 		key  string

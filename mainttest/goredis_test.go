@@ -55,39 +55,6 @@ func (l *notificationLog) count(typ string, seq int64) int {
 	return n
 }
 
-func builtinClient(t *testing.T, e *Emulator, addr string, opt redis.Options, mc maintnotifications.Config) (*redis.Client, *notificationLog) {
-	t.Helper()
-	mc.Mode = maintnotifications.ModeEnabled
-	mc.EndpointType = maintnotifications.EndpointTypeInternalIP
-	opt.Addr = addr
-	opt.Protocol = 3
-	opt.Dialer = e.Dialer()
-	opt.MaintNotificationsConfig = &mc
-	c := redis.NewClient(&opt)
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("go-redis Close: %v", err)
-		}
-	})
-	m := c.GetMaintNotificationsManager()
-	if m == nil {
-		t.Fatal("go-redis built-in maintenance manager not enabled")
-	}
-	log := &notificationLog{}
-	m.AddNotificationHook(log)
-	return c, log
-}
-
-// awaitHandoff waits, without issuing commands, until every connection
-// left old: go-redis's handoff dialled the successor, initialised the new
-// connection and closed the old one. Commands issued while a handoff is in
-// flight can race inside go-redis v9.23 (see TestGoRedisBuiltinStress).
-func awaitHandoff(t *testing.T, old *Endpoint) time.Time {
-	t.Helper()
-	waitFor(t, "go-redis to leave the old endpoint", func() bool { return old.Stats().Open == 0 })
-	return time.Now()
-}
-
 // TestGoRedisBuiltinMoving: after a MOVING with a named successor, go-redis's
 // built-in handler hands its connection over to the new endpoint.
 func TestGoRedisBuiltinMoving(t *testing.T) {
@@ -143,18 +110,6 @@ func TestGoRedisBuiltinMoving(t *testing.T) {
 	if err := client.Get(ctx, "k").Err(); err != nil {
 		t.Fatalf("GET after the window: %v", err)
 	}
-}
-
-// settleHandoffs waits until the MOVING window of old ended and no
-// connection is left on it, so no go-redis handoff is in flight when the
-// client closes: go-redis v9.23's Client.Close holds its maintenance
-// manager lock while waiting for handoff workers, and a handoff's initConn
-// waits for that lock, so Close during a handoff blocks for 10 s, fails
-// and leaks a goroutine.
-func settleHandoffs(t *testing.T, e *Emulator, old *Endpoint) {
-	t.Helper()
-	waitEvent(t, e, IsKind(old, KindWindowEndClose))
-	waitFor(t, "no connection on the old endpoint", func() bool { return old.Stats().Open == 0 })
 }
 
 func isTimeoutErr(err error) bool {

@@ -5,27 +5,16 @@ import (
 	"context"
 	"errors"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/maintkit/maint/internal/resp"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/maintkit/maint/internal/resp"
 )
-
-func TestMain(m *testing.M) {
-	if os.Getenv("MAINTTEST_GOREDIS_LOG") == "" {
-		redis.SetLogger(quietLogger{}) // go-redis logs every handoff
-	}
-	goleak.VerifyTestMain(m)
-}
-
-type quietLogger struct{}
-
-func (quietLogger) Printf(context.Context, string, ...interface{}) {}
 
 // newEmu starts an Emulator closed at the end of the test.
 func newEmu(t *testing.T, cfg Config) *Emulator {
@@ -203,4 +192,110 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// newCluster starts a cluster on e, failing the test on error.
+func newCluster(t *testing.T, e *Emulator, cfg ClusterConfig) *Cluster {
+	t.Helper()
+	cl, err := e.NewCluster(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
+
+// keyOn returns a key (with prefix) whose slot cl's node ep owns now.
+func keyOn(t *testing.T, cl *Cluster, ep *Endpoint, prefix string) string {
+	t.Helper()
+	for i := 0; i < 100000; i++ {
+		k := prefix + strconv.Itoa(i)
+		if cl.OwnerOf(k) == ep {
+			return k
+		}
+	}
+	t.Fatalf("no key for %s", ep.Addr())
+	return ""
+}
+
+// keyInSlot returns a key (with prefix) in slot.
+func keyInSlot(t *testing.T, slot int, prefix string) string {
+	t.Helper()
+	for i := 0; i < 1000000; i++ {
+		k := prefix + strconv.Itoa(i)
+		if KeySlot(k) == slot {
+			return k
+		}
+	}
+	t.Fatalf("no key in slot %d", slot)
+	return ""
+}
+
+func builtinClient(t *testing.T, e *Emulator, addr string, opt redis.Options, mc maintnotifications.Config) (*redis.Client, *notificationLog) {
+	t.Helper()
+	mc.Mode = maintnotifications.ModeEnabled
+	mc.EndpointType = maintnotifications.EndpointTypeInternalIP
+	opt.Addr = addr
+	opt.Protocol = 3
+	opt.Dialer = e.Dialer()
+	opt.MaintNotificationsConfig = &mc
+	c := redis.NewClient(&opt)
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("go-redis Close: %v", err)
+		}
+	})
+	m := c.GetMaintNotificationsManager()
+	if m == nil {
+		t.Fatal("go-redis built-in maintenance manager not enabled")
+	}
+	log := &notificationLog{}
+	m.AddNotificationHook(log)
+	return c, log
+}
+
+// awaitHandoff waits, without issuing commands, until every connection
+// left old: go-redis's handoff dialled the successor, initialised the new
+// connection and closed the old one. Commands issued while a handoff is in
+// flight can race inside go-redis v9.23 (see TestGoRedisBuiltinStress).
+func awaitHandoff(t *testing.T, old *Endpoint) time.Time {
+	t.Helper()
+	waitFor(t, "go-redis to leave the old endpoint", func() bool { return old.Stats().Open == 0 })
+	return time.Now()
+}
+
+// settleHandoffs waits until the MOVING window of old ended and no
+// connection is left on it, so no go-redis handoff is in flight when the
+// client closes: go-redis v9.23's Client.Close holds its maintenance
+// manager lock while waiting for handoff workers, and a handoff's initConn
+// waits for that lock, so Close during a handoff blocks for 10 s, fails
+// and leaks a goroutine.
+func settleHandoffs(t *testing.T, e *Emulator, old *Endpoint) {
+	t.Helper()
+	waitEvent(t, e, IsKind(old, KindWindowEndClose))
+	waitFor(t, "no connection on the old endpoint", func() bool { return old.Stats().Open == 0 })
+}
+
+// optedInClient dials ep, switches to RESP3 and opts in with typ.
+func optedInClient(t *testing.T, ep *Endpoint, typ string) *rawClient {
+	t.Helper()
+	c := dialRaw(t, ep.Addr())
+	c.hello3()
+	c.optIn(typ)
+	return c
+}
+
+// failoverClientAddrs returns a FailoverClient asking the sentinels addrs.
+func failoverClientAddrs(t *testing.T, e *Emulator, name string, addrs []string) *redis.Client {
+	t.Helper()
+	return newFailoverClient(t, e, redis.FailoverOptions{MasterName: name, SentinelAddrs: addrs})
+}
+
+// addSentinel starts a Discovery Service for "db1" whose master is master.
+func addSentinel(t *testing.T, e *Emulator, master *Endpoint) *Sentinel {
+	t.Helper()
+	s, err := e.AddSentinel("127.0.0.1:0", "db1", master)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

@@ -8,15 +8,6 @@ import (
 	"github.com/maintkit/maint/internal/resp"
 )
 
-// optedInClient dials ep, switches to RESP3 and opts in with typ.
-func optedInClient(t *testing.T, ep *Endpoint, typ string) *rawClient {
-	t.Helper()
-	c := dialRaw(t, ep.Addr())
-	c.hello3()
-	c.optIn(typ)
-	return c
-}
-
 // TestMovingExampleBytes reproduces protocol.md's MOVING example exactly:
 // seq 1 (first event of a fresh emulator), 15 s, endpoint 10.0.0.2:12000
 // (the successor listens on port 12000 and advertises FQDN "10.0.0.2").

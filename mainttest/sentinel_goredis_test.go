@@ -26,12 +26,6 @@ func failoverClient(t *testing.T, e *Emulator, s *Sentinel, opt redis.FailoverOp
 	return newFailoverClient(t, e, opt)
 }
 
-// failoverClientAddrs returns a FailoverClient asking the sentinels addrs.
-func failoverClientAddrs(t *testing.T, e *Emulator, name string, addrs []string) *redis.Client {
-	t.Helper()
-	return newFailoverClient(t, e, redis.FailoverOptions{MasterName: name, SentinelAddrs: addrs})
-}
-
 func newFailoverClient(t *testing.T, e *Emulator, opt redis.FailoverOptions) *redis.Client {
 	t.Helper()
 	opt.Dialer = e.Dialer()

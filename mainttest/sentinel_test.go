@@ -15,16 +15,6 @@ import (
 	"github.com/maintkit/maint/internal/resp"
 )
 
-// addSentinel starts a Discovery Service for "db1" whose master is master.
-func addSentinel(t *testing.T, e *Emulator, master *Endpoint) *Sentinel {
-	t.Helper()
-	s, err := e.AddSentinel("127.0.0.1:0", "db1", master)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
 // masterReply is get-master-addr-by-name's answer naming ep.
 func masterReply(ep *Endpoint) string {
 	return string(encodeCmd(ep.IP(), ep.Port()))

@@ -1,7 +1,10 @@
 package maint
 
 import (
+	"bytes"
 	"context"
+	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -38,4 +41,52 @@ func TestTargetWithLiveConnectionsIsNotForgotten(t *testing.T) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	assert.Equal(t, []string{succ}, d.addrs, "the new connection goes to the successor the MOVING named")
+}
+
+// Item 5: 10 000 MOVINGs across 10 000 node addresses leave the registry and
+// the heap at the size of the live nodes.
+func TestMemoryStaysBoundedOverALongUptime(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long")
+	}
+	m := New(WithLogf(func(string, ...any) {}), WithHoldBudget(-1))
+	defer m.Close()
+	tg := m.target("redis.test:6379")
+	heap := func() uint64 {
+		runtime.GC()
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	live := m.wrap(tg, &fakeConn{r: bytes.NewReader(nil), remote: "127.0.0.1:1"}, "127.0.0.1:1")
+	defer live.Close()
+	step := func(i int) {
+		remote := net.JoinHostPort(net.IPv4(127, byte(1+i>>16), byte(i>>8), byte(i)).String(), "6379")
+		c := m.wrap(tg, &fakeConn{r: bytes.NewReader(nil), remote: remote}, remote)
+		c.onNotification(resp.AppendMoving(nil, int64(i+1), 0, "", true))
+		_ = c.Close()
+	}
+	for i := range 1000 { // warm up: maps and pools at their working size
+		step(i)
+	}
+	waitIdle(t, m)
+	before := heap()
+	for i := 1000; i < 11000; i++ {
+		step(i)
+	}
+	waitIdle(t, m)
+	after := heap()
+	m.reg.mu.Lock()
+	nodes, targets := len(m.reg.nodes), len(m.reg.targets)
+	m.reg.mu.Unlock()
+	m.ho.mu.Lock()
+	seen := m.ho.seen.len()
+	m.ho.mu.Unlock()
+	assert.Equal(t, 1, nodes, "only the live node is remembered")
+	assert.Equal(t, 1, targets)
+	assert.LessOrEqual(t, seen, maxSeen)
+	assert.Nil(t, m.ho.runs.Load())
+	assert.Nil(t, m.ho.holds.Load())
+	assert.Less(t, int64(after)-int64(before), int64(1<<20), "heap grew by %d bytes", int64(after)-int64(before))
 }

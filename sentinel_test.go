@@ -7,31 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/maintkit/maint"
 	"github.com/maintkit/maint/mainttest"
 )
-
-// newDiscovery starts an emulated Discovery Service naming e's old node.
-func (e *env) newDiscovery() *mainttest.Sentinel {
-	e.t.Helper()
-	ds, err := e.emu.AddSentinel("127.0.0.9:0", "db", e.old)
-	require.NoError(e.t, err)
-	return ds
-}
-
-// dsOptions are a FailoverClient's options against an emulated Discovery
-// Service.
-func dsOptions(ds *mainttest.Sentinel, retries int) *redis.FailoverOptions {
-	return &redis.FailoverOptions{
-		MasterName: "db", SentinelAddrs: []string{ds.Addr()},
-		Protocol: 3, PoolSize: 8, MinIdleConns: 2, MaxRetries: retries,
-		ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second,
-	}
-}
 
 // Through the emulated Discovery Service: a MOVING of the master (null
 // endpoint, the old node refusing connections at the window's end) whose

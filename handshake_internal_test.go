@@ -61,3 +61,21 @@ func TestHandshakeKnownAnswerDoesNotWaitForAnIdleLeader(t *testing.T) {
 	assert.Less(t, time.Since(start), handshakeWait/2,
 		"the endpoint's answer is known: a new connection opts in without waiting for the idle leader")
 }
+
+// Should go-redis ever write HELLO together with other commands, the reply
+// dropped is still maint's own: the one after all of the write's replies.
+func TestInjectedReplyFollowsEveryReplyOfTheFirstWrite(t *testing.T) {
+	m := New(WithLogf(t.Logf))
+	defer m.Close()
+	script := "%1\r\n+proto\r\n:3\r\n" + "+PONG\r\n" + "+OK\r\n" + "$1\r\nv\r\n"
+	c, raw := wrapDL(t, m, "127.0.0.2:6379", []byte(script))
+	c.prepareHandshake(context.Background(), false)
+	_, err := c.Write([]byte("*2\r\n$5\r\nhello\r\n$1\r\n3\r\n*1\r\n$4\r\nPING\r\n"))
+	require.NoError(t, err)
+	assert.Contains(t, raw.w.String(), "MAINT_NOTIFICATIONS", "the opt-in was written behind the first write")
+	_, err = c.Write([]byte("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"))
+	require.NoError(t, err)
+	out := readAll(t, c)
+	assert.Equal(t, "%1\r\n+proto\r\n:3\r\n+PONG\r\n$1\r\nv\r\n", string(out), "HELLO's and PING's replies reach go-redis; the +OK was maint's")
+	assert.True(t, c.optedIn.Load())
+}

@@ -2,8 +2,6 @@ package maint_test
 
 import (
 	"context"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,20 +13,55 @@ import (
 	"github.com/maintkit/maint/mainttest"
 )
 
-// useConns initialises n connections of cli at once (go-redis initialises
-// idle connections, MinIdleConns ones among them, at their first use).
-func useConns(t *testing.T, cli *redis.Client, n int) {
-	t.Helper()
+// groupChurn is how many ClusterClients TestGroupForgetsClosedClusterClients
+// makes and closes (fewer under -race, to fit CI).
+func groupChurn() int {
+	if raceOn {
+		return 300
+	}
+	return 1000
+}
+
+// A Group that makes and closes many ClusterClients, on the same options
+// again and on new ones, ends with the Maints of one live client's node
+// clients: a closed client's node Maints are forgotten (the sweeper asks
+// them without I/O whether they are closed), not kept until the Group's
+// Close. goleak (TestMain) checks that nothing outlives the test.
+func TestGroupForgetsClosedClusterClients(t *testing.T) {
+	emu, err := mainttest.New(mainttest.Config{Logf: t.Logf})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = emu.Close() })
+	cl, err := emu.NewCluster(mainttest.ClusterConfig{})
+	require.NoError(t, err)
+	g := maint.NewGroup(maint.WithLogf(func(string, ...any) {}))
+	t.Cleanup(func() { _ = g.Close() })
+	maint.SetClusterGone(g, 400*time.Millisecond) // the sweeper runs every 100ms
 	ctx := context.Background()
-	var cs []*redis.Conn
-	for i := 0; i < n; i++ {
-		cn := cli.Conn()
-		require.NoError(t, cn.Ping(ctx).Err())
-		cs = append(cs, cn)
+	options := func() *redis.ClusterOptions {
+		return &redis.ClusterOptions{Addrs: cl.Addrs(), Dialer: emu.Dialer(), Protocol: 3, PoolSize: 2}
 	}
-	for _, cn := range cs {
-		_ = cn.Close()
+
+	live := g.NewClusterClient(options())
+	t.Cleanup(func() { _ = live.Close() })
+	require.NoError(t, live.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() }))
+	want := len(g.Maints())
+
+	same := options()
+	n := groupChurn()
+	for i := range n {
+		opt := same
+		if i%2 == 1 {
+			opt = options()
+		}
+		cc := g.NewClusterClient(opt)
+		require.NoError(t, cc.Set(ctx, "k", i, 0).Err())
+		require.NoError(t, cc.Close())
 	}
+	require.Greater(t, len(g.Maints()), want, "the closed clients' node Maints are there before the sweep")
+	waitFor(t, "the closed clients' node Maints forgotten", 30*time.Second, func() bool { return len(g.Maints()) == want })
+	require.NoError(t, live.Set(ctx, "k", "live", 0).Err(), "the live client is served")
+	require.Len(t, g.Maints(), want, "the live client's Maints are kept")
+	t.Logf("%d ClusterClients made and closed; %d Maints left, the live client's", n, want)
 }
 
 // useRingConns is useConns on every shard of a Ring that is up.
@@ -36,53 +69,6 @@ func useRingConns(t *testing.T, rng *redis.Ring, n int) {
 	t.Helper()
 	for _, c := range ringShards(rng) {
 		useConns(t, c, n)
-	}
-}
-
-// ringShards returns the shard clients of a Ring that are up.
-func ringShards(rng *redis.Ring) []*redis.Client {
-	var mu sync.Mutex
-	var cs []*redis.Client
-	_ = rng.ForEachShard(context.Background(), func(_ context.Context, c *redis.Client) error {
-		mu.Lock()
-		cs = append(cs, c)
-		mu.Unlock()
-		return nil
-	})
-	return cs
-}
-
-// allOptedIn waits until every connection an endpoint accepted has opted in:
-// the options route watched (and opted in) each of them from its first byte.
-func allOptedIn(t *testing.T, ep *mainttest.Endpoint, atLeast int) {
-	t.Helper()
-	waitFor(t, "every connection of "+ep.Addr()+" opted in", 10*time.Second, func() bool {
-		st := ep.Stats()
-		return st.Opened >= atLeast && st.OptedIn == st.Opened
-	})
-}
-
-// shards adds n more endpoints to e's emulator.
-func (e *env) shards(n int) []*mainttest.Endpoint {
-	var eps []*mainttest.Endpoint
-	for i := 0; i < n; i++ {
-		ep, err := e.emu.AddEndpoint("127.0.0.4:0")
-		require.NoError(e.t, err)
-		eps = append(eps, ep)
-	}
-	return eps
-}
-
-func ringOptions(addrs map[string]string) *redis.RingOptions {
-	return &redis.RingOptions{
-		Addrs:              addrs,
-		Protocol:           3,
-		MinIdleConns:       2,
-		PoolSize:           2,
-		HeartbeatFrequency: 50 * time.Millisecond,
-		DialTimeout:        500 * time.Millisecond,
-		ReadTimeout:        500 * time.Millisecond,
-		MaxRetries:         -1,
 	}
 }
 
@@ -168,73 +154,6 @@ func TestRingSetAddrsKeepsGroupBounded(t *testing.T) {
 			require.NoError(t, rng.Set(ctx, "k", "after", 0).Err())
 		})
 	}
-}
-
-// The Universal route, one address: a *redis.Client whose connections are
-// all opted in.
-func TestUniversalOneAddress(t *testing.T) {
-	e := newEnv(t)
-	g := maint.NewGroup(maint.WithLogf(t.Logf))
-	defer g.Close()
-	rdb := g.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{e.old.Addr()}, Protocol: 3, MinIdleConns: 2, PoolSize: 2})
-	defer rdb.Close()
-	c, ok := rdb.(*redis.Client)
-	require.True(t, ok, "%T", rdb)
-	waitFor(t, "MinIdleConns dialled", 10*time.Second, func() bool { return e.old.Stats().Opened >= 2 })
-	useConns(t, c, 2)
-	allOptedIn(t, e.old, 2)
-	assert.Len(t, g.Maints(), 1)
-}
-
-// The Universal route, several addresses and cluster mode: a ClusterClient
-// whose node clients each get a Maint before their first connection. (The
-// emulated cluster comes from elsewhere: only the wiring is asserted.)
-func TestUniversalClusterShapes(t *testing.T) {
-	for _, shape := range []string{"several", "IsClusterMode"} {
-		t.Run(shape, func(t *testing.T) {
-			e := newEnv(t)
-			opt := &redis.UniversalOptions{Addrs: []string{e.old.Addr(), e.new.Addr()}, Protocol: 3, MaxRetries: -1}
-			if shape == "IsClusterMode" {
-				opt.Addrs = opt.Addrs[:1]
-				opt.IsClusterMode = true
-			}
-			g := maint.NewGroup(maint.WithLogf(t.Logf))
-			defer g.Close()
-			rdb := g.NewUniversalClient(opt)
-			defer rdb.Close()
-			_, ok := rdb.(*redis.ClusterClient)
-			require.True(t, ok, "%T", rdb)
-			_ = rdb.Ping(context.Background()).Err() // the emulator is no cluster: CLUSTER SLOTS fails
-			waitFor(t, "node Maints", 5*time.Second, func() bool { return len(g.Maints()) > 0 })
-			// go-redis picks a seed at random: either endpoint's connection.
-			waitFor(t, "the seed node's connection opted in", 5*time.Second, func() bool {
-				return e.old.Stats().OptedIn+e.new.Stats().OptedIn > 0
-			})
-		})
-	}
-}
-
-// The Universal route with MasterName: a failover client whose data-node
-// connections (MinIdleConns ones included, dialled while the client is
-// being built) are opted in, and whose sentinel connections never receive
-// the handshake.
-func TestUniversalMasterName(t *testing.T) {
-	e := newEnv(t)
-	s := newFakeSentinel(t, e.old.Addr())
-	g := maint.NewGroup(maint.WithLogf(t.Logf))
-	defer g.Close()
-	rdb := g.NewUniversalClient(&redis.UniversalOptions{
-		MasterName: "db", Addrs: []string{s.addr()}, Protocol: 3, MinIdleConns: 2, PoolSize: 2, MaxRetries: -1,
-	})
-	defer rdb.Close()
-	waitFor(t, "MinIdleConns dialled", 10*time.Second, func() bool { return e.old.Stats().Opened >= 2 })
-	useConns(t, rdb.(*redis.Client), 2)
-	allOptedIn(t, e.old, 2)
-	for _, c := range s.commands() {
-		assert.False(t, strings.HasPrefix(c, "client maint_notifications"), "the sentinel got %q", c)
-	}
-	assert.NotEmpty(t, s.commands())
-	assert.Len(t, g.Maints(), 1)
 }
 
 // Instrument on an existing Ring: a shard down when it ran gets a Maint

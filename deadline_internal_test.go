@@ -1,0 +1,149 @@
+package maint
+
+import (
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/maintkit/maint/internal/resp"
+)
+
+// Item 3: relaxation per operation. MIGRATING 10, FAILING_OVER 11,
+// MIGRATED 12: the node stays relaxed until FAILED_OVER 13 plus the tail.
+func TestRelaxationPerOperation(t *testing.T) {
+	m := New(WithLogf(t.Logf), WithRelaxedTail(50*time.Millisecond))
+	defer m.Close()
+	c, _ := wrapDL(t, m, "127.0.0.2:6379", nil)
+	n := c.n
+	m.relax(n, notif(resp.KindMigrating, 10, `["1"]`))
+	m.relax(n, notif(resp.KindFailingOver, 11, `["1"]`))
+	m.relaxEnd(n, notif(resp.KindMigrated, 12, `["1"]`))
+	time.Sleep(120 * time.Millisecond) // past the tail of the MIGRATED
+	assert.True(t, n.relaxing(), "the failover is still open")
+
+	m.relaxEnd(n, notif(resp.KindMigrated, 9, `["1"]`)) // a replay: older than anything open
+	m.relaxEnd(n, notif(resp.KindMigrated, 14, `["1"]`))
+	assert.True(t, n.relaxing(), "a MIGRATED with no migration open ends nothing")
+
+	m.relaxEnd(n, notif(resp.KindFailedOver, 13, `["1"]`))
+	assert.True(t, n.relaxing(), "relaxed for the tail")
+	require.Eventually(t, func() bool { return !n.relaxing() }, 5*time.Second, 5*time.Millisecond,
+		"relaxation ends after the tail of the last completion")
+
+	m.relax(n, notif(resp.KindMigrating, 10, `["1"]`))
+	assert.False(t, n.relaxing(), "a late copy of a migration that completed starts nothing")
+}
+
+// Two migrations of different shards: each completion ends its own.
+func TestRelaxationCompletionEndsItsOwnShards(t *testing.T) {
+	m := New(WithLogf(t.Logf), WithRelaxedTail(time.Millisecond))
+	defer m.Close()
+	c, _ := wrapDL(t, m, "127.0.0.2:6379", nil)
+	n := c.n
+	m.relax(n, notif(resp.KindMigrating, 1, `["1"]`))
+	m.relax(n, notif(resp.KindMigrating, 2, `["2"]`))
+	m.relaxEnd(n, notif(resp.KindMigrated, 3, `["2"]`))
+	n.mu.Lock()
+	require.Len(t, n.ops, 1)
+	assert.EqualValues(t, 1, n.ops[0].seq, "MIGRATED of shard 2 ended the migration of shard 2")
+	n.mu.Unlock()
+	time.Sleep(10 * time.Millisecond)
+	assert.True(t, n.relaxing())
+}
+
+// Item 18: a connection opened to a node during its MIGRATING gets the same
+// floor as the node's older connections.
+func TestNewConnectionOfARelaxedNodeIsRelaxed(t *testing.T) {
+	m := New(WithLogf(t.Logf), WithRelaxedTimeout(2*time.Second))
+	defer m.Close()
+	old, _ := wrapDL(t, m, "127.0.0.2:6379", nil)
+	m.relax(old.n, notif(resp.KindMigrating, 1, ""))
+	c, raw := wrapDL(t, m, "127.0.0.2:6379", nil)
+	require.Same(t, old.n, c.n)
+	oweReply(t, c)
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(100*time.Millisecond)))
+	got, _ := raw.lastRead()
+	assert.Greater(t, time.Until(got), time.Second)
+}
+
+// Item 16: a deadline that has already passed is never re-applied to a
+// socket, and a MOVING never shortens a relaxed wait.
+func TestRefloorNeverRearmsNorShortens(t *testing.T) {
+	m := New(WithLogf(t.Logf), WithRelaxedTimeout(2*time.Second))
+	defer m.Close()
+	c, raw := wrapDL(t, m, "127.0.0.2:6379", nil)
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(time.Millisecond)))
+	time.Sleep(5 * time.Millisecond)
+	_, before := raw.lastRead()
+	m.relax(c.n, notif(resp.KindMigrating, 1, ""))
+	_, after := raw.lastRead()
+	assert.Equal(t, before, after, "a passed deadline is not applied again")
+
+	// A command waits on a relaxed deadline; a MOVING then retires the
+	// connection: the wait may grow, never shrink.
+	oweReply(t, c)
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(500*time.Millisecond)))
+	relaxed, _ := raw.lastRead()
+	assert.Greater(t, time.Until(relaxed), time.Second, "relaxed to the floor")
+	time.Sleep(20 * time.Millisecond)
+	require.True(t, m.retireConn(c, true))
+	got, _ := raw.lastRead()
+	assert.False(t, got.Before(relaxed), "a retire never shortens the wait: %v < %v", got, relaxed)
+}
+
+// Item 12: deadlines put on the socket carry a monotonic reading, even when
+// the one go-redis asked for had only a wall-clock one.
+func TestDeadlinesAreMonotonic(t *testing.T) {
+	m := New(WithLogf(t.Logf), WithRelaxedTimeout(2*time.Second))
+	defer m.Close()
+	c, raw := wrapDL(t, m, "127.0.0.2:6379", nil)
+	m.relax(c.n, notif(resp.KindMigrating, 1, ""))
+	oweReply(t, c)
+	wall := time.Now().Add(time.Second).Round(0) // no monotonic reading
+	require.NoError(t, c.SetReadDeadline(wall))
+	got, _ := raw.lastRead()
+	assert.Contains(t, got.String(), "m=+", "the socket's deadline is on the monotonic clock")
+	assert.InDelta(t, 2*time.Second, time.Until(got), float64(500*time.Millisecond))
+	assert.True(t, c.n.relaxUntil.Load() > monoNow(), "relaxation is kept on the monotonic clock")
+}
+
+// A timeout names the relaxation only when one was applied to the deadline
+// that expired; a probe's deadline (no reply owed) is never relaxed, however
+// short, and a reply's always is.
+func TestTimeoutErrorNamesTheMaintenance(t *testing.T) {
+	m := New(WithLogf(t.Logf), WithRelaxedTimeout(2*time.Second))
+	defer m.Close()
+	c, _ := wrapScript(t, m, nil)
+	plain := &net.OpError{Op: "read", Err: osTimeout{}}
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(50*time.Millisecond)))
+	assert.Same(t, error(plain), c.ioErr(plain, &c.rdl), "no maintenance: the error as it was")
+	m.relax(c.n, resp.Notification{Kind: resp.KindMigrating, Seq: 5})
+
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(time.Millisecond)))
+	assert.False(t, c.rdl.raised(), "a probe's deadline (no reply owed) is left as asked")
+	assert.Same(t, error(plain), c.ioErr(plain, &c.rdl), "a probe's timeout names no relaxation")
+
+	_, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n"))
+	require.NoError(t, err)
+	require.NoError(t, c.SetWriteDeadline(time.Now().Add(time.Millisecond)))
+	assert.True(t, c.wdl.raised(), "a 1 ms write deadline is relaxed")
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(50*time.Millisecond)))
+	require.True(t, c.rdl.raised(), "a 50 ms reply deadline is relaxed")
+	assert.GreaterOrEqual(t, time.Until(fromMono(c.rdl.applied.Load())), 1900*time.Millisecond)
+	err = c.ioErr(plain, &c.rdl)
+	var te *TimeoutError
+	require.ErrorAs(t, err, &te)
+	var ne net.Error
+	require.ErrorAs(t, err, &ne)
+	assert.True(t, ne.Timeout())
+	assert.Contains(t, err.Error(), "during maintenance (deadline relaxed to at least 2s)")
+	assert.True(t, errors.Is(err, plain))
+
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(time.Minute)))
+	assert.False(t, c.rdl.raised(), "a deadline past the relaxed one is left as asked")
+	assert.Same(t, error(plain), c.ioErr(plain, &c.rdl), "and its timeout names no relaxation")
+}
