@@ -168,7 +168,10 @@ func (c *conn) SetDeadline(t time.Time) error {
 		c.wdl.markAsAsked()
 		err := c.raw.SetDeadline(t)
 		if c.n.epoch.Load() == e {
-			return c.notWritten(err)
+			if err != nil {
+				return c.notWritten(err)
+			}
+			return nil
 		}
 	}
 	return c.setFloored(asked, true, true, e)
@@ -204,7 +207,10 @@ func (c *conn) SetWriteDeadline(t time.Time) error {
 		c.wdl.markAsAsked()
 		err := c.raw.SetWriteDeadline(t)
 		if c.n.epoch.Load() == e {
-			return c.notWritten(err)
+			if err != nil {
+				return c.notWritten(err)
+			}
+			return nil
 		}
 	}
 	return c.setFloored(asked, false, true, e)
