@@ -138,49 +138,88 @@ func (d *deadline) raised() bool {
 	return asked != 0 && d.applied.Load() > asked
 }
 
-// setDeadline records what go-redis asked for in the given directions and
-// applies it floored. The node's epoch is read before and after: if
-// relaxation started or the connection was retired meanwhile (see
-// refloor), the floor is applied again. While nothing is relaxed and the
-// connection is not draining (every command, as long as no maintenance is
-// going on) the floor is asked itself, and t goes to the socket as go-redis
-// gave it: one store of what was asked per direction, a few loads, no conversion
-// back.
-func (c *conn) setDeadline(t time.Time, read, write bool) error {
+// quiet reports whether nothing floors this connection's deadlines now: its
+// node and its target are not relaxed and it is active (not draining). While
+// no maintenance is going on it is true on every deadline set.
+func (c *conn) quiet() bool {
+	return c.n.relaxUntil.Load() == 0 && c.t.relaxUntil.Load() == 0 && c.state.Load() == stateActive
+}
+
+// The three setters record what go-redis asked for and apply it floored.
+// The node's epoch is read before and after: if relaxation started or the
+// connection was retired meanwhile (see refloor), the floor is applied
+// again. While the connection is quiet (every command, as long as no
+// maintenance is going on) the floor is what was asked, and t goes to the
+// socket as go-redis gave it: one store of what was asked per direction, a
+// few loads, no conversion back. Each setter is written out for its
+// directions, so that the quiet path has no branch on them.
+
+// SetDeadline sets both deadlines, relaxed where maintenance requires it.
+func (c *conn) SetDeadline(t time.Time) error {
 	if c.checking.Load() {
 		c.checking.Store(false)
 	}
 	asked := toMono(t)
-	if read {
-		c.rdl.asked.Store(asked)
-	}
-	if write {
-		c.wdl.asked.Store(asked)
-	}
+	c.rdl.asked.Store(asked)
+	c.wdl.asked.Store(asked)
 	e := c.n.epoch.Load()
-	if c.n.relaxUntil.Load() == 0 && c.t.relaxUntil.Load() == 0 && !c.draining() {
-		if read {
-			c.rdl.markAsAsked()
-		}
-		if write {
-			c.wdl.markAsAsked()
-		}
-		var err error
-		switch {
-		case read && write:
-			err = c.raw.SetDeadline(t)
-		case read:
-			err = c.raw.SetReadDeadline(t)
-		default:
-			err = c.raw.SetWriteDeadline(t)
-		}
+	if c.quiet() {
+		c.rdl.markAsAsked()
+		c.wdl.markAsAsked()
+		err := c.raw.SetDeadline(t)
 		if c.n.epoch.Load() == e {
-			if err != nil && write {
+			if err != nil {
 				return c.notWritten(err)
 			}
+			return nil
+		}
+	}
+	return c.setFloored(asked, true, true, e)
+}
+
+// SetReadDeadline sets the read deadline, relaxed where maintenance requires it.
+func (c *conn) SetReadDeadline(t time.Time) error {
+	if c.checking.Load() {
+		c.checking.Store(false)
+	}
+	asked := toMono(t)
+	c.rdl.asked.Store(asked)
+	e := c.n.epoch.Load()
+	if c.quiet() {
+		c.rdl.markAsAsked()
+		err := c.raw.SetReadDeadline(t)
+		if c.n.epoch.Load() == e {
 			return err
 		}
 	}
+	return c.setFloored(asked, true, false, e)
+}
+
+// SetWriteDeadline sets the write deadline, relaxed where maintenance requires it.
+func (c *conn) SetWriteDeadline(t time.Time) error {
+	if c.checking.Load() {
+		c.checking.Store(false)
+	}
+	asked := toMono(t)
+	c.wdl.asked.Store(asked)
+	e := c.n.epoch.Load()
+	if c.quiet() {
+		c.wdl.markAsAsked()
+		err := c.raw.SetWriteDeadline(t)
+		if c.n.epoch.Load() == e {
+			if err != nil {
+				return c.notWritten(err)
+			}
+			return nil
+		}
+	}
+	return c.setFloored(asked, false, true, e)
+}
+
+// setFloored applies asked, floored, in the given directions, once more if
+// the node's epoch is no longer e when it is done. A write-side error is
+// one of notWritten's.
+func (c *conn) setFloored(asked mono, read, write bool, e uint64) error {
 	err := c.apply(asked, read, write)
 	if c.n.epoch.Load() != e {
 		err = c.apply(asked, read, write)
@@ -214,15 +253,6 @@ func (c *conn) apply(asked mono, read, write bool) error {
 		return c.raw.SetWriteDeadline(fromMono(v))
 	}
 }
-
-// SetDeadline sets both deadlines, relaxed where maintenance requires it.
-func (c *conn) SetDeadline(t time.Time) error { return c.setDeadline(t, true, true) }
-
-// SetReadDeadline sets the read deadline, relaxed where maintenance requires it.
-func (c *conn) SetReadDeadline(t time.Time) error { return c.setDeadline(t, true, false) }
-
-// SetWriteDeadline sets the write deadline, relaxed where maintenance requires it.
-func (c *conn) SetWriteDeadline(t time.Time) error { return c.setDeadline(t, false, true) }
 
 // refloor re-applies the floor to the deadlines already set: relaxation that
 // starts while a command waits for its reply covers that command too. It

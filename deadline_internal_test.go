@@ -3,6 +3,8 @@ package maint
 import (
 	"errors"
 	"net"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -146,4 +148,57 @@ func TestTimeoutErrorNamesTheMaintenance(t *testing.T) {
 	require.NoError(t, c.SetReadDeadline(time.Now().Add(time.Minute)))
 	assert.False(t, c.rdl.raised(), "a deadline past the relaxed one is left as asked")
 	assert.Same(t, error(plain), c.ioErr(plain, &c.rdl), "and its timeout names no relaxation")
+}
+
+// A relaxation's end is reported by a timer. Close must not return while
+// that report is still being delivered: an observer (a test's logger, a
+// metrics gauge) would be called after the Maint that feeds it was closed.
+func TestCloseWaitsForARelaxEndReportInFlight(t *testing.T) {
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	var delivered atomic.Bool
+	var once sync.Once
+	m := New(WithRelaxedTail(10*time.Millisecond), WithOnEvent(func(e Event) {
+		if e.Kind != EventRelaxOff {
+			return
+		}
+		first := false
+		once.Do(func() { first = true })
+		if !first {
+			return
+		}
+		close(entered)
+		<-release
+		delivered.Store(true)
+	}))
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+
+	c, _ := wrapDL(t, m, "127.0.0.2:6379", nil)
+	n := c.n
+	m.relax(n, notif(resp.KindMigrating, 1, `["1"]`))
+	m.relaxEnd(n, notif(resp.KindMigrated, 2, `["1"]`))
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the relaxation's end was never reported")
+	}
+
+	closed := make(chan struct{})
+	go func() {
+		_ = m.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while the relax-end report was still being delivered")
+	case <-time.After(100 * time.Millisecond):
+	}
+	releaseOnce.Do(func() { close(release) })
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return once the report was delivered")
+	}
+	require.True(t, delivered.Load())
 }

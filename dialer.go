@@ -504,7 +504,10 @@ func (c *conn) Write(p []byte) (int, error) {
 		return n, c.ioErr(err, &c.wdl)
 	}
 	n, err := c.raw.Write(p)
-	return n, c.ioErr(err, &c.wdl)
+	if err != nil {
+		return n, c.ioErr(err, &c.wdl)
+	}
+	return n, nil
 }
 
 // owed is the number of replies the server still owes, or -1 when it is

@@ -116,7 +116,7 @@ func TestRingShardDownAtInstallIsWatchedOnReturn(t *testing.T) {
 	// unused (tryDial): every connection open now has opted in.
 	waitFor(t, "every open connection of b opted in", 10*time.Second, func() bool {
 		st := e.new.Stats()
-		return st.Open >= 1 && st.OptedIn == st.Open
+		return st.Open >= 1 && st.OpenOptedIn == st.Open
 	})
 	allOptedIn(t, e.old, 2)
 }

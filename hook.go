@@ -29,7 +29,7 @@ type Maint struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // background goroutines: handoff drivers, probes, drains
 
-	mu     sync.Mutex // guards closed, against goBackground
+	mu     sync.Mutex // guards closed: nothing of the Maint starts after Close (goBackground, checkRelaxOwned)
 	closed bool
 	// stopped is set by Close: the Maint steps aside, and its connections
 	// stop stripping notifications and relaxing deadlines.

@@ -58,12 +58,13 @@ type node struct {
 	// none), read on every deadline set. ops, ended and tailUntil are
 	// guarded by mu.
 	relaxUntil atomic.Int64
-	ops        []op
-	ended      []int64
-	tailUntil  mono
 	// epoch changes whenever deadlines must be floored anew (relaxation
-	// starts, connections are retired); see conn.refloor.
-	epoch atomic.Uint64
+	// starts, connections are retired); see conn.refloor. Read with
+	// relaxUntil on every deadline set: kept beside it.
+	epoch     atomic.Uint64
+	ops       []op
+	ended     []int64
+	tailUntil mono
 
 	rw          relaxWatch   // relaxation reported (relaxwatch.go), guarded by mu
 	lastDrained atomic.Int64 // unix ns: a retired or fenced connection last closed

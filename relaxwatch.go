@@ -27,7 +27,7 @@ func (m *Maint) syncRelaxLocked(n *node, now mono) EventKind {
 	}
 	switch {
 	case on && n.rw.timer == nil:
-		n.rw.timer = time.AfterFunc(time.Duration(until-now), func() { m.checkRelax(n) })
+		n.rw.timer = time.AfterFunc(time.Duration(until-now), func() { m.checkRelaxOwned(n) })
 	case on:
 		n.rw.timer.Reset(time.Duration(until - now))
 	case n.rw.timer != nil:
@@ -46,6 +46,22 @@ func (m *Maint) checkRelax(n *node) {
 	if k != 0 {
 		m.emit(Event{Kind: k, Node: n.key})
 	}
+}
+
+// checkRelaxOwned is checkRelax on the timer's goroutine, counted in m's
+// wait group so that Close returns only once a report in flight has been
+// delivered: no event reaches an observer after Close. Once Close has
+// begun, the timer's report is Close's own (endRelaxReports).
+func (m *Maint) checkRelaxOwned(n *node) {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	m.wg.Add(1)
+	m.mu.Unlock()
+	defer m.wg.Done()
+	m.checkRelax(n)
 }
 
 // endRelaxReports reports the end of every node's relaxation when the

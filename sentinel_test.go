@@ -52,7 +52,7 @@ func TestDiscoveryServiceMovingFailsNothing(t *testing.T) {
 			useConns(t, rdb, 8)
 			waitFor(t, "every connection open to the new master opted in (probes close theirs unused)", 10*time.Second, func() bool {
 				st := e.new.Stats()
-				return st.Open == st.OptedIn
+				return st.Open == st.OpenOptedIn
 			})
 		})
 	}

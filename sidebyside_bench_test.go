@@ -567,10 +567,10 @@ func printRows(sb *strings.Builder, rows []sbsResult) {
 // printMemory prints the memory table.
 func printMemory(sb *strings.Builder, mem []sbsMemory) {
 	s := mem[0].sizes
-	fmt.Fprintf(sb, "\nHeap held per connection beyond plain go-redis's (live heap with n connections open, median of 3)\n")
+	fmt.Fprintf(sb, "\nHeap held per connection beyond plain go-redis's (live heap with n connections open to one node, median of 3; the last column is that node's whole state)\n")
 	fmt.Fprintf(sb, "maint's structures: %d B per connection (conn), %d B per node (node) + %d B per configured address (target), %d B per Maint\n\n",
 		s.Conn, s.Node, s.Target, s.Maint)
-	fmt.Fprintf(sb, "| pool size | built-in B/conn | maint B/conn | maint total |\n|---:|---:|---:|---:|\n")
+	fmt.Fprintf(sb, "| pool size | built-in B/conn | maint B/conn | maint per node (n connections) |\n|---:|---:|---:|---:|\n")
 	for _, m := range mem {
 		fmt.Fprintf(sb, "| %d | %.0f | %.0f | %d |\n", m.n, m.perConn(1), m.perConn(2), m.heap[2]-m.heap[0])
 	}

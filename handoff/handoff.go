@@ -317,15 +317,18 @@ func DrainCap(relaxed, remaining time.Duration) time.Duration {
 }
 
 // CapFor is DrainCap clamped so that the drain ends before the server's close:
-// a margin of a tenth of what is left (at most 250ms) is kept before the
-// window's end. With nothing left of the window the cap is zero and the old
-// connections close at once.
+// a margin of half of what is left (at most 250ms) is kept before the
+// window's end, for the driver's timer to fire late and the closes to be made
+// on a busy machine (a tenth, 50ms of a 2s window's last call, was overrun
+// under load). The cap closes only idle connections (a command in flight is
+// never cut), so an earlier cap costs no command. With nothing left of the
+// window the cap is zero and the old connections close at once.
 func CapFor(relaxed, remaining time.Duration) time.Duration {
 	if remaining <= 0 {
 		return 0
 	}
 	c := DrainCap(relaxed, remaining)
-	margin := remaining / 10
+	margin := remaining / 2
 	if margin > 250*time.Millisecond {
 		margin = 250 * time.Millisecond
 	}

@@ -142,10 +142,10 @@ func TestNextWake(t *testing.T) {
 		t.Fatalf("awaiting wakes at last call, got %v", w.Sub(t0))
 	}
 	h.Tick(at(2250))
-	if w := h.NextWake(); !w.Equal(at(2925)) {
+	if w := h.NextWake(); !w.Equal(at(2750)) {
 		t.Fatalf("holding wakes at the cap first, got %v", w.Sub(t0))
 	}
-	h.Tick(at(2925))
+	h.Tick(at(2750))
 	if w := h.NextWake(); !w.Equal(at(4000)) {
 		t.Fatalf("then at the budget's end, got %v", w.Sub(t0))
 	}
@@ -176,8 +176,9 @@ func TestCapFor(t *testing.T) {
 	s := time.Second
 	cases := []struct{ relaxed, remaining, want time.Duration }{
 		{10 * s, 15 * s, 5 * s},
-		{10 * s, s, 900 * time.Millisecond}, // floor clamped before the window's end
-		{10 * s, 750 * time.Millisecond, 675 * time.Millisecond},
+		{10 * s, s, 750 * time.Millisecond}, // floor clamped before the window's end
+		{10 * s, 750 * time.Millisecond, 500 * time.Millisecond},
+		{10 * s, 400 * time.Millisecond, 200 * time.Millisecond}, // half of a short remainder kept
 		{10 * s, 0, 0},
 		{10 * s, -s, 0},
 		{-1, 2 * s, s},

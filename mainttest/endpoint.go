@@ -77,6 +77,10 @@ type Stats struct {
 	Open    int // client connections open now
 	Opened  int // client connections ever accepted
 	OptedIn int // connections that ever opted in (CLIENT MAINT_NOTIFICATIONS ON answered +OK)
+	// OpenOptedIn counts the connections open now that are opted in: every
+	// open connection has opted in when it equals Open (OptedIn also counts
+	// closed ones).
+	OpenOptedIn int
 
 	// Handshakes counts the CLIENT MAINT_NOTIFICATIONS commands read (ON
 	// and OFF), whatever the answer (see SetHandshake); OptedIn counts the
@@ -221,6 +225,9 @@ func (ep *Endpoint) Stats() Stats {
 	for c := range ep.conns {
 		c.mu.Lock()
 		s.Pending += int64(len(c.outQ))
+		if c.optedIn && !c.closed {
+			s.OpenOptedIn++
+		}
 		c.mu.Unlock()
 	}
 	return s

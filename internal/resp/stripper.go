@@ -639,7 +639,10 @@ func pushFrame(b []byte) (n int, name []byte, ok bool) {
 		i = e
 	}
 	// name is the first element whole: "$<len>\r\n<name>\r\n".
-	start := nameAt + bytes.IndexByte(name, '\n') + 1
+	start := nameAt + 4 // after "$", one digit and the CRLF
+	for b[start-1] != '\n' {
+		start++ // a length of more digits (blobEnd found its CRLF)
+	}
 	name = b[start : nameAt+len(name)-2]
 	if len(name) > maxNameLen {
 		return 0, nil, false

@@ -110,61 +110,58 @@ func (w *Written) Lost() bool { return w.lost }
 // whole reads one complete command of at least one argument at the start
 // of b (b[0] == '*') and returns its length. It returns 0 if b does not
 // start with such a command, complete and well formed; slow then reads the
-// same bytes and decides.
+// same bytes and decides. It touches the header bytes of each argument and
+// the two bytes after its payload, and steps over the payload by length.
 func (w *Written) whole(b []byte) int {
-	// The count: 1 to maxLenDigits digits (a longer count ends the loop on
-	// a digit where the CR should be, and slow decides).
-	n, i := 0, 1
-	for lim := min(len(b), 1+maxLenDigits); i < lim; i++ {
-		c := b[i] - '0'
-		if c > 9 {
-			break
-		}
-		n = n*10 + int(c)
-	}
-	// n == 0 also covers a count without digits: slow decides.
-	if n == 0 || n > MaxAggregateLen || len(b)-i < 2 || b[i] != '\r' || b[i+1] != '\n' {
+	// n == 0 also covers an empty count: slow decides.
+	n, i := lenField(b, 1)
+	if i == 0 || n == 0 || n > MaxAggregateLen {
 		return 0
 	}
-	i += 2
 	kind := cmdOther
 	var x xwalk
 	for a := 0; a < n; a++ {
 		if i >= len(b) || b[i] != '$' {
 			return 0
 		}
-		i++
-		d, size := i, 0
-		for lim := min(len(b), d+maxLenDigits); i < lim; i++ {
-			c := b[i] - '0'
-			if c > 9 {
-				break
-			}
-			size = size*10 + int(c)
-		}
-		if i == d || len(b)-i < 2 || b[i] != '\r' || b[i+1] != '\n' || size > MaxBulkLen {
+		size, d := lenField(b, i+1)
+		if d == 0 || size > MaxBulkLen {
 			return 0
 		}
-		i += 2
-		if len(b)-i < size+2 {
-			return 0
-		}
-		e := i + size
-		if b[e] != '\r' || b[e+1] != '\n' {
+		e := d + size
+		if e+1 >= len(b) || b[e] != '\r' || b[e+1] != '\n' {
 			return 0
 		}
 		if a == 0 {
 			if uint(size-minClassified) <= maxClassified-minClassified {
-				kind = classify(b[i:e])
+				kind = classify(b[d:e])
 				x.on = kind == cmdXRead
 			}
 		} else if x.on {
-			x.step(b[i:e], int64(size))
+			x.step(b[d:e], int64(size))
 		}
 		i = e + 2
 	}
 	w.done(kind, x.blk)
 	return i
+}
+
+// lenField reads a length or count at b[i:]: 1 to maxLenDigits digits and
+// a CRLF. It returns the value and the offset after the LF, or next 0 if
+// b[i:] does not start with such a field, whole.
+func lenField(b []byte, i int) (v, next int) {
+	for j := i; j < len(b); j++ {
+		c := b[j] - '0'
+		if c <= 9 {
+			v = v*10 + int(c)
+			continue
+		}
+		if j == i || j-i > maxLenDigits || b[j] != '\r' || j+1 >= len(b) || b[j+1] != '\n' {
+			return 0, 0
+		}
+		return v, j + 2
+	}
+	return 0, 0
 }
 
 // slow advances the stream one step at a time over p[i:] until a command
