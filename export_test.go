@@ -26,9 +26,7 @@ var GoRedisAddr = goRedisAddr
 // that ended with the slots where they were, and connections left alone
 // because they were subscribed in several slots.
 func ShardStats(g *Group, opt *redis.ClusterOptions) (followed, unasked, settled, spanning uint64) {
-	g.mu.Lock()
-	cs := g.clusters[opt]
-	g.mu.Unlock()
+	cs := g.clusterOf(opt)
 	if cs == nil {
 		return 0, 0, 0, 0
 	}
