@@ -36,7 +36,10 @@ import (
 // client (Redis Sentinel, Redis Enterprise's Discovery Service) gets one
 // Maint for its data nodes; its sentinel connections are never wrapped and
 // never receive the handshake. The Maints of Ring shard clients that the
-// Ring closes are closed and forgotten, their counters kept in Stats.
+// Ring closes are closed and forgotten, their counters kept in Stats; so
+// are those of the clients the application closes (a client the Group made
+// or instrumented, a ClusterClient's node clients), and the options a Group
+// configured are remembered only while they are reachable.
 // A Group is safe for concurrent use. Close it after its clients.
 type Group struct {
 	opts []Option
