@@ -36,3 +36,7 @@ func ShardStats(g *Group, opt *redis.ClusterOptions) (followed, unasked, settled
 
 // WatchedRings returns how many Rings g polls for shards that come up.
 func WatchedRings(g *Group) int { return g.watchedRings() }
+
+// ErrNotWritten is errNotWritten, for tests that make a write fail as
+// maint's connections do when closed before the command was written.
+var ErrNotWritten = errNotWritten
