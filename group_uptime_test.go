@@ -3,7 +3,6 @@ package maint_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"runtime"
 	"testing"
 	"time"
@@ -244,20 +243,4 @@ func TestGroupUptimeEveryKind(t *testing.T) {
 
 // quietEnv is newEnv with an emulator that logs nothing: a long test's
 // thousands of connections would spend its time logging.
-func quietEnv(t *testing.T) *env {
-	t.Helper()
-	emu, err := mainttest.New(mainttest.Config{Logf: func(string, ...any) {}})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = emu.Close() })
-	var old, nw *mainttest.Endpoint
-	for i := 0; i < 20 && nw == nil; i++ {
-		old, err = emu.AddEndpoint("127.0.0.2:0")
-		require.NoError(t, err)
-		nw, err = emu.AddEndpoint("127.0.0.3:" + old.Port())
-	}
-	require.NoError(t, err)
-	emu.DNS().Set(host, old.IP())
-	e := &env{t: t, emu: emu, old: old, new: nw, addr: net.JoinHostPort(host, old.Port())}
-	e.dials = mainttest.NewRecorder(emu.Dialer())
-	return e
-}
+func quietEnv(t *testing.T) *env { return newEnvLogging(t, "", func(string, ...any) {}) }
