@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/redis/go-redis/v9"
 
@@ -56,17 +57,31 @@ type slotOwners interface {
 // lookup PubSub's reconnect runs (slotMasterNode on the current state), and
 // ReloadState marks the state for a reload (lazy: go-redis runs it on a
 // goroutine of its own, at most one every 200ms).
-type clusterOwners struct{ cc *redis.ClusterClient }
+// The ClusterClient is held weakly (see bindCluster): gone, it owns nothing.
+type clusterOwners struct {
+	cc weak.Pointer[redis.ClusterClient]
+}
 
 func (o clusterOwners) masterOf(ctx context.Context, channel string) (string, error) {
-	c, err := o.cc.MasterForKey(ctx, channel)
+	cc := o.cc.Value()
+	if cc == nil {
+		return "", errClusterGone
+	}
+	c, err := cc.MasterForKey(ctx, channel)
 	if err != nil {
 		return "", err
 	}
 	return c.Options().Addr, nil
 }
 
-func (o clusterOwners) reload() { o.cc.ReloadState(context.Background()) }
+func (o clusterOwners) reload() {
+	if cc := o.cc.Value(); cc != nil {
+		cc.ReloadState(context.Background())
+	}
+}
+
+// errClusterGone is masterOf's error once the ClusterClient is collected.
+var errClusterGone = errors.New("maint: the ClusterClient is gone")
 
 // Bounds of following a slot.
 const (
@@ -143,10 +158,21 @@ func (s *shardSubs) movedAway(sl int, from string) bool {
 	return ok && e.from == from && time.Now().Before(e.until)
 }
 
-// bind lets the cluster's subscribers look at cc's slot map.
+// bind lets the cluster's subscribers look at cc's slot map, unless they
+// look at a ClusterClient's that is not collected yet.
 func (s *shardSubs) bind(cc *redis.ClusterClient) {
-	var o slotOwners = clusterOwners{cc}
-	s.owners.CompareAndSwap(nil, &o)
+	var o slotOwners = clusterOwners{weak.Make(cc)}
+	for {
+		cur := s.owners.Load()
+		if cur != nil {
+			if co, ok := (*cur).(clusterOwners); !ok || co.cc.Value() != nil {
+				return
+			}
+		}
+		if s.owners.CompareAndSwap(cur, &o) {
+			return
+		}
+	}
 }
 
 // shardConn is what one connection knows of its sharded subscriptions, from

@@ -26,9 +26,7 @@ var GoRedisAddr = goRedisAddr
 // that ended with the slots where they were, and connections left alone
 // because they were subscribed in several slots.
 func ShardStats(g *Group, opt *redis.ClusterOptions) (followed, unasked, settled, spanning uint64) {
-	g.mu.Lock()
-	cs := g.clusters[opt]
-	g.mu.Unlock()
+	cs := g.clusterOf(opt)
 	if cs == nil {
 		return 0, 0, 0, 0
 	}
@@ -38,3 +36,7 @@ func ShardStats(g *Group, opt *redis.ClusterOptions) (followed, unasked, settled
 
 // WatchedRings returns how many Rings g polls for shards that come up.
 func WatchedRings(g *Group) int { return g.watchedRings() }
+
+// ErrNotWritten is errNotWritten, for tests that make a write fail as
+// maint's connections do when closed before the command was written.
+var ErrNotWritten = errNotWritten

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // A failover client's data-node connections, as go-redis gets them.
@@ -230,6 +232,44 @@ func (m *Maint) notWrittenErr(err error) bool {
 	}
 	s := err.Error()
 	return s == goRedisInitClosed || s == goRedisAcquireClosed
+}
+
+// txNotWritten corrects what go-redis says of a transaction whose error
+// says it was not written (notWrittenErr): go-redis stamps a failed
+// attempt's error on every command of the batch, MULTI and EXEC included
+// (setCmdsErr), and a later attempt that runs the transaction resets the
+// queued commands' errors only (pipelineReadCmds), so with MaxRetries >= 0,
+// or after a rerun of maint's, go-redis returns the stale error of MULTI
+// (processTxPipeline: cmdsFirstErr) for a transaction that ran. The queued
+// commands tell: if none of them says not written, the transaction ran,
+// MULTI's and EXEC's stale errors are cleared and the first queued
+// command's error is returned. cmds are as the pipeline hook sees them.
+func (m *Maint) txNotWritten(cmds []redis.Cmder, err error) error {
+	n := len(cmds)
+	if n < 3 || !m.notWrittenErr(err) || cmds[0].Name() != "multi" || cmds[n-1].Name() != "exec" {
+		return err
+	}
+	var first error
+	for _, c := range cmds[1 : n-1] {
+		e := c.Err()
+		if m.notWrittenErr(e) {
+			return err // not written: run it again
+		}
+		if first == nil && e != nil {
+			first = e
+		}
+	}
+	cmds[0].SetErr(nil)
+	cmds[n-1].SetErr(nil)
+	return first
+}
+
+// clearErrs clears the errors of a batch before maint runs it again, so
+// that what the rerun leaves is its own.
+func clearErrs(cmds []redis.Cmder) {
+	for _, c := range cmds {
+		c.SetErr(nil)
+	}
 }
 
 // deferredCloses are a Maint's failover connections whose close go-redis

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -34,7 +36,10 @@ import (
 // client (Redis Sentinel, Redis Enterprise's Discovery Service) gets one
 // Maint for its data nodes; its sentinel connections are never wrapped and
 // never receive the handshake. The Maints of Ring shard clients that the
-// Ring closes are closed and forgotten, their counters kept in Stats.
+// Ring closes are closed and forgotten, their counters kept in Stats; so
+// are those of the clients the application closes (a client the Group made
+// or instrumented, a ClusterClient's node clients), and the options a Group
+// configured are remembered only while they are reachable.
 // A Group is safe for concurrent use. Close it after its clients.
 type Group struct {
 	opts []Option
@@ -45,8 +50,10 @@ type Group struct {
 	retired Stats // counters of the Maints closed and forgotten
 	closed  bool
 	// clusters are the cluster states of the ClusterOptions configured,
-	// bound to their ClusterClient by NewClusterClient or Instrument.
-	clusters map[*redis.ClusterOptions]*clusterState
+	// bound to their ClusterClient by NewClusterClient or Instrument. Keyed
+	// weakly: an entry goes when its options are collected (forgetKind), so
+	// no clusterState holds its options or ClusterClient strongly.
+	clusters map[weak.Pointer[redis.ClusterOptions]]*clusterState
 	// watched are the Rings whose shards are polled for (Instrument: shards
 	// down when it ran get a Maint once they are up).
 	watched []*redis.Ring
@@ -86,7 +93,7 @@ func NewGroup(opts ...Option) *Group {
 	g := &Group{
 		opts:     append([]Option(nil), opts...),
 		byCli:    make(map[*redis.Client]*member),
-		clusters: make(map[*redis.ClusterOptions]*clusterState),
+		clusters: make(map[weak.Pointer[redis.ClusterOptions]]*clusterState),
 		// go-redis's node GC runs a minute after a reload; a margin for a
 		// command routed by the old map just before it.
 		clusterGone: time.Minute + 30*time.Second,
@@ -114,6 +121,9 @@ func (g *Group) add(m *Maint, cli *redis.Client, live *liveHook) bool {
 		g.byCli[cli] = mb
 	}
 	g.mu.Unlock()
+	if cli != nil && live == nil {
+		g.startClientSweeper() // a client of its own: forgotten once closed
+	}
 	return true
 }
 
@@ -190,13 +200,11 @@ func (g *Group) ConfigureCluster(opt *redis.ClusterOptions) {
 
 func (g *Group) configureCluster(opt *redis.ClusterOptions) *clusterState {
 	if !claimKind(g, opt) {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		return g.clusters[opt]
+		return g.clusterOf(opt)
 	}
 	cs := &clusterState{seedsOptIn: g.seedsOptIn(opt.Addrs)}
 	g.mu.Lock()
-	g.clusters[opt] = cs
+	g.clusters[weak.Make(opt)] = cs
 	g.mu.Unlock()
 	opt.NewClient = g.nodeClient(opt.NewClient, cs, false)
 	return cs
@@ -213,11 +221,25 @@ func (g *Group) NewClusterClient(opt *redis.ClusterOptions) *redis.ClusterClient
 	return cc
 }
 
-// bindCluster lets the cluster's node Maints reload cc's slot map.
+// clusterOf returns the cluster state of opt, configured by g (nil if not).
+func (g *Group) clusterOf(opt *redis.ClusterOptions) *clusterState {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.clusters[weak.Make(opt)]
+}
+
+// bindCluster lets the cluster's node Maints reload cc's slot map. cc is
+// held weakly: it holds its options, the key of cs in g.clusters, which
+// would then never be collected.
 func bindCluster(cs *clusterState, cc *redis.ClusterClient) {
 	// Sharded subscribers look at cc's slot map (clusterpubsub.go).
 	cs.subs.bind(cc)
-	cs.bind(cc, func() { cc.ReloadState(context.Background()) }) // lazy: go-redis reloads on its own goroutine
+	w := weak.Make(cc)
+	cs.bind(w, func() { // lazy: go-redis reloads on its own goroutine
+		if cc := w.Value(); cc != nil {
+			cc.ReloadState(context.Background())
+		}
+	})
 }
 
 // ConfigureRing prepares RingOptions for a new *redis.Ring: every shard
@@ -263,15 +285,46 @@ func (g *Group) NewUniversalClient(opt *redis.UniversalOptions) redis.UniversalC
 	}
 }
 
-// kindOwners maps the Cluster and Ring options a Group configured to that
-// Group, so that configuring them again is a no-op. Entries go with the
-// Group's Close.
-var kindOwners sync.Map // *redis.ClusterOptions | *redis.RingOptions | *redis.FailoverOptions → *Group
+// kindOwners maps the Cluster, Ring and Failover options a Group
+// configured to that Group, so that configuring them again is a no-op
+// (their NewClient or Dialer is the Group's already: wrapping it again
+// would give each node two Maints). It is keyed weakly, by
+// weak.Make(opt): an entry goes with the Group's Close, or when its
+// options are collected (forgetKind), whichever comes first. A Group holds
+// no options of its kinds strongly once their clients are closed and
+// forgotten (bindCluster), so a long-lived Group that builds clients from
+// new options keeps one entry per options still reachable.
+var kindOwners sync.Map // weak.Pointer[redis.ClusterOptions | redis.RingOptions | redis.FailoverOptions] → *Group
+
+// kindKey is what forgetKind is given when the options of a kind are
+// collected: weak pointers only, or the options would never be.
+type kindKey[T any] struct {
+	opt weak.Pointer[T]
+	g   weak.Pointer[Group]
+}
+
+// forgetKind drops the entries of options that were collected: their
+// owner's, and their cluster state. No Pointer equal to k.opt can be made
+// again, so nothing else can own the entry.
+func forgetKind[T any](k kindKey[T]) {
+	kindOwners.Delete(k.opt)
+	co, ok := any(k.opt).(weak.Pointer[redis.ClusterOptions])
+	if !ok {
+		return
+	}
+	if g := k.g.Value(); g != nil {
+		g.mu.Lock()
+		delete(g.clusters, co)
+		g.mu.Unlock()
+	}
+}
 
 // claimKind reports whether opt is free for g to configure.
-func claimKind(g *Group, opt any) bool {
-	owner, loaded := kindOwners.LoadOrStore(opt, g)
+func claimKind[T any](g *Group, opt *T) bool {
+	key := weak.Make(opt)
+	owner, loaded := kindOwners.LoadOrStore(key, g)
 	if !loaded {
+		runtime.AddCleanup(opt, forgetKind[T], kindKey[T]{opt: key, g: weak.Make(g)})
 		return true
 	}
 	if owner.(*Group) != g {
@@ -352,6 +405,12 @@ func (g *Group) startClusterSweeper() {
 	g.sweepLocked(min(5*time.Second, g.clusterGone/4))
 }
 
+// startClientSweeper starts the sweeper for clients of their own (NewClient,
+// NewFailoverClient, Instrument on a *redis.Client): their Maints are
+// forgotten once the application has closed them (see sweep). It sweeps
+// as often as for cluster node clients.
+func (g *Group) startClientSweeper() { g.startClusterSweeper() }
+
 // sweepLocked makes the sweeper run at least every period, starting it
 // unless it runs or the group is closed. g.mu is held.
 func (g *Group) sweepLocked(every time.Duration) {
@@ -385,7 +444,8 @@ func (g *Group) sweepLocked(every time.Duration) {
 }
 
 // sweep closes and forgets the Maints of ring shards that ran no command
-// (not even the heartbeat's PING) and held no connection for deadAfter,
+// (not even the heartbeat's PING) and held no connection for deadAfter or
+// are closed, of clients of their own with no connection that are closed,
 // of cluster node clients quiet for clusterGone whose node the slot maps
 // have no longer named for as long, and of closed cluster node clients
 // quiet since the last sweep (clientClosed); it installs Maints on the shards
@@ -395,7 +455,7 @@ func (g *Group) sweep(now time.Time) {
 	rings := append([]*redis.Ring(nil), g.watched...)
 	var check []*member
 	for _, mb := range g.ms {
-		if mb.live != nil {
+		if mb.live != nil || mb.cli != nil {
 			check = append(check, mb)
 		}
 	}
@@ -410,6 +470,18 @@ func (g *Group) sweep(now time.Time) {
 	}
 	mnow := monoNow()
 	for _, mb := range check {
+		if mb.live == nil {
+			// A client of its own: the application closes it. One with no
+			// connection is asked at its second quiet sweep.
+			if mb.m.openConns() > 0 {
+				mb.quiet = time.Time{}
+			} else if mb.quiet.IsZero() {
+				mb.quiet = now
+			} else if clientClosed(mb.cli) {
+				g.forget(mb)
+			}
+			continue
+		}
 		if mb.live.seen.Swap(false) || mb.live.dialing.Load() > 0 || mb.m.openConns() > 0 {
 			mb.quiet = time.Time{} // only the sweeper touches quiet
 			continue
@@ -429,7 +501,9 @@ func (g *Group) sweep(now time.Time) {
 			}
 			continue
 		}
-		if now.Sub(mb.quiet) >= dead {
+		// A ring shard: go-redis closes it when SetAddrs drops it, and
+		// every one at the Ring's Close.
+		if clientClosed(mb.cli) || now.Sub(mb.quiet) >= dead {
 			g.forget(mb)
 		}
 	}

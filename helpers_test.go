@@ -44,9 +44,12 @@ func newEnv(t *testing.T) *env { return newEnvOn(t, "") }
 
 // newEnvOn is newEnv with the emulator relaying to backend ("" for the
 // embedded miniredis, or a real Redis address).
-func newEnvOn(t *testing.T, backend string) *env {
+func newEnvOn(t *testing.T, backend string) *env { return newEnvLogging(t, backend, t.Logf) }
+
+// newEnvLogging is newEnvOn with the emulator logging to logf.
+func newEnvLogging(t *testing.T, backend string, logf func(string, ...any)) *env {
 	t.Helper()
-	emu, err := mainttest.New(mainttest.Config{Logf: t.Logf, Backend: backend})
+	emu, err := mainttest.New(mainttest.Config{Logf: logf, Backend: backend})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = emu.Close() })
 	var old, nw *mainttest.Endpoint

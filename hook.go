@@ -160,7 +160,10 @@ func (m *Maint) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 			err = m.poolRetry(ctx, func() error { return next(ctx, cmds) }, err)
 		}
 		if err != nil && m.notWrittenErr(err) {
-			err = m.rerunNotWritten(ctx, func() error { return next(ctx, cmds) }, err)
+			err = m.rerunNotWritten(ctx, func() error {
+				clearErrs(cmds)
+				return m.txNotWritten(cmds, next(ctx, cmds))
+			}, m.txNotWritten(cmds, err))
 		}
 		if err != nil {
 			m.noteErr(err)

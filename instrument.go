@@ -65,6 +65,7 @@ func (g *Group) instrumentClient(c *redis.Client) {
 					c.AddHook(m)
 				}
 				g.bindClient(m, c)
+				g.startClientSweeper()
 				return
 			}
 		}
@@ -85,13 +86,12 @@ func (g *Group) instrumentClient(c *redis.Client) {
 	n := conns(c)
 	c.AddHook(hook)
 	g.fill(c, m, nil)
+	g.startClientSweeper()
 	g.unwatched(m, "Instrument", n, 1)
 }
 
 func (g *Group) instrumentCluster(c *redis.ClusterClient) {
-	g.mu.Lock()
-	cs := g.clusters[c.Options()]
-	g.mu.Unlock()
+	cs := g.clusterOf(c.Options())
 	if cs != nil {
 		bindCluster(cs, c)
 		return
