@@ -288,11 +288,7 @@ func (cs *clusterState) findLocked(addr string) *clusterMember {
 }
 
 // reached reports whether m's node client dialled addr or reached it.
-func (m *Maint) reached(addr string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.targets[addr] != nil || m.nodes[addr] != nil
-}
+func (m *Maint) reached(addr string) bool { return m.reg.reached(addr) }
 
 // onSMigrated handles an SMIGRATED read on a connection of one of the
 // cluster's node clients. It runs on the goroutine reading the connection
@@ -603,7 +599,7 @@ func (cs *clusterState) hand(m *Maint, sm *slotMap, read []redis.ClusterSlot) {
 		n, ok := sm.node(mb.addr)
 		switch {
 		case ok && after[n.Addr]:
-			mb.m.emptied.Store(0) // it owns slots (again)
+			mb.m.emptied.clear() // it owns slots (again)
 		case read != nil && before != nil && cs.masteredLocked(before, mb.addr):
 			emptied = append(emptied, mb)
 		}
@@ -841,28 +837,51 @@ func (m *Maint) retireEmptied(seq int64, why string, rdb *redis.Client, afterMap
 	if m.stopped.Load() {
 		return
 	}
-	m.emptied.Store(monoNow() + int64(emptiedFor))
+	m.emptied.mark(monoNow())
 	if cs := m.s.cluster; cs != nil {
 		cs.c.emptied.Add(1)
 	}
 	m.emit(Event{Kind: EventRetire, Seq: seq, Detail: why + "; its connections retire once the slot map is reloaded and its pool is quiet"})
-	if !m.draining.CompareAndSwap(false, true) {
+	if !m.emptied.startDrain() {
 		return
 	}
 	if !m.goBackground(func() { m.drainEmptied(seq, rdb, afterMaps) }) {
-		m.draining.Store(false)
+		m.emptied.endDrain()
 	}
 }
 
-// isEmptied reports whether m's node was left with no slot, recently.
-func (m *Maint) isEmptied() bool {
-	u := m.emptied.Load()
+// emptiedNode is the cluster state of a node client's Maint: whether its
+// node was left with no slot (recently: for emptiedFor), and whether its
+// connections are being drained.
+type emptiedNode struct {
+	until    atomic.Int64 // mono: when the node stops retiring its connections; 0: never emptied
+	draining atomic.Bool  // drainEmptied runs
+}
+
+// mark records that the node was left with no slot at now.
+func (e *emptiedNode) mark(now mono) { e.until.Store(now + int64(emptiedFor)) }
+
+// clear records that the node owns slots (again).
+func (e *emptiedNode) clear() { e.until.Store(0) }
+
+// active reports whether the node was left with no slot, recently.
+func (e *emptiedNode) active() bool {
+	u := e.until.Load()
 	return u != 0 && monoNow() < u
 }
 
+// startDrain reports whether the caller is the one to drain (none runs).
+func (e *emptiedNode) startDrain() bool { return e.draining.CompareAndSwap(false, true) }
+
+// endDrain records that the drain is over.
+func (e *emptiedNode) endDrain() { e.draining.Store(false) }
+
+// isEmptied reports whether m's node was left with no slot, recently.
+func (m *Maint) isEmptied() bool { return m.emptied.active() }
+
 // drainEmptied is retireEmptied's loop, on one of m's goroutines.
 func (m *Maint) drainEmptied(seq int64, rdb *redis.Client, afterMaps uint64) {
-	defer m.draining.Store(false)
+	defer m.emptied.endDrain()
 	cs := m.s.cluster
 	t := time.NewTicker(drainTick)
 	defer t.Stop()
@@ -928,15 +947,7 @@ func (m *Maint) quiet(rdb *redis.Client) bool {
 }
 
 // nodeList returns m's nodes.
-func (m *Maint) nodeList() []*node {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make([]*node, 0, len(m.nodes))
-	for _, n := range m.nodes {
-		out = append(out, n)
-	}
-	return out
-}
+func (m *Maint) nodeList() []*node { return m.reg.nodeList() }
 
 // canonSlots returns a slot list in one canonical form ("1-3,7"), or s
 // itself when it cannot be read: what matches an SMIGRATING to its

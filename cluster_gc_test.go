@@ -83,7 +83,7 @@ func TestClusterDroppedNodeMaintIsForgotten(t *testing.T) {
 // clients a reloaded slot map no longer names, a minute after the reload
 // (clusterNodes.GC). Observing it takes over a minute, so the source is
 // read: an upgrade that changes it fails here and the group's clusterGone
-// (kinds.go) must be revisited.
+// (group.go) must be revisited.
 func TestContractClusterNodeGC(t *testing.T) {
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/redis/go-redis/v9").Output()
 	require.NoError(t, err, "locating go-redis's source")

@@ -80,7 +80,7 @@ func (m *Maint) requireOptIn(ctx context.Context, cn *redis.Conn, addr string) e
 	if remote == "" {
 		return nil
 	}
-	known, msg := m.refusal(remote)
+	known, msg := m.hs.refusal(remote)
 	if !known {
 		if err := cn.Ping(ctx).Err(); err != nil {
 			var rerr redis.Error
@@ -88,7 +88,7 @@ func (m *Maint) requireOptIn(ctx context.Context, cn *redis.Conn, addr string) e
 				return err // the connection failed: go-redis discards it
 			}
 		}
-		_, msg = m.refusal(remote)
+		_, msg = m.hs.refusal(remote)
 	}
 	if msg != "" {
 		return fmt.Errorf("maint: %s refused the maintenance notifications handshake: %s", remote, msg)

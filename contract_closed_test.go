@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Contract (kinds.go clientClosed): a *redis.Client answers a command whose
+// Contract (group.go clientClosed): a *redis.Client answers a command whose
 // context was cancelled before it was sent with redis.ErrClosed once it is
 // closed, and with the context's error while it lives, without dialling and
 // without writing on an idle connection it holds (the pool checks closed,

@@ -1,7 +1,7 @@
 package maint_test
 
-// Contract tests for the client kinds: what the options routes (kinds.go,
-// kinds_failover.go) and Instrument (instrument.go) assume of go-redis
+// Contract tests for the client kinds: what the options routes (group.go,
+// failover.go) and Instrument (instrument.go) assume of go-redis
 // v9.23's Cluster, Ring and failover clients.
 
 import (
@@ -214,7 +214,7 @@ func TestContractRingShards(t *testing.T) {
 	assert.Equal(t, n, activity(e.new.Addr()), "no heartbeat, command or dial reaches a dropped shard (the sweeper takes it for closed)")
 }
 
-// Contract (kinds.go ringClosed): a closed Ring has no live shard (Len 0)
+// Contract (group.go ringClosed): a closed Ring has no live shard (Len 0)
 // and fails a PING with redis.ErrClosed; a Ring whose shards are all down
 // has Len 0 too but fails it otherwise, without any I/O. If this fails,
 // the Group cannot tell a closed instrumented Ring and polls it forever.

@@ -271,6 +271,14 @@ func (c *conn) refloor() {
 	c.refloorOne(&c.wdl, now, false, c.raw.SetWriteDeadline)
 }
 
+// floorAnew re-applies the floor to c's deadlines after its state changed
+// (it was retired or fenced): the node's epoch first, so that a deadline
+// setter racing with it redoes its work (see setDeadline).
+func (c *conn) floorAnew() {
+	c.n.epoch.Add(1)
+	c.refloor()
+}
+
 func (c *conn) refloorOne(d *deadline, now mono, read bool, set func(time.Time) error) {
 	asked := d.asked.Load()
 	if asked == 0 {

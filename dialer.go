@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/maintkit/maint/classify"
 	"github.com/maintkit/maint/handoff"
 	"github.com/maintkit/maint/internal/resp"
 )
@@ -192,39 +191,6 @@ func (m *Maint) dialWith(next dialFunc, o dialOpts) dialFunc {
 // tries.
 const maxQuickRedials = 3
 
-// refusedByRetired returns the handoff in progress whose retired node
-// refused a dial of target t (err names the address it dialled), or nil.
-func (m *Maint) refusedByRetired(t *target, err error) *run {
-	var oe *net.OpError
-	if !errors.As(err, &oe) || oe.Op != "dial" || oe.Addr == nil {
-		return nil
-	}
-	r, _ := m.judge(t, oe.Addr.String())
-	return r
-}
-
-// judge passes judgement on a new connection of target t that reached
-// remote, against every handoff in progress: it returns the handoff whose
-// retiring node it landed on (doomed), or else the handoffs of t for which
-// it is a replacement.
-func (m *Maint) judge(t *target, remote string) (doomedBy *run, replaced []*run) {
-	rs := m.runs.Load()
-	if rs == nil {
-		return nil, nil
-	}
-	for _, r := range *rs {
-		switch r.judge(remote) {
-		case classify.Doomed:
-			return r, nil
-		case classify.Replacement:
-			if r.t == t {
-				replaced = append(replaced, r)
-			}
-		}
-	}
-	return nil, replaced
-}
-
 // tlsInspectable reports whether c shows its TLS state.
 func tlsInspectable(c net.Conn) bool {
 	_, ok := c.(interface{ ConnectionState() tls.ConnectionState })
@@ -379,7 +345,7 @@ type conn struct {
 	// handshake.go); written by the writer only, before and at that write.
 	inject  []byte
 	optedIn atomic.Bool // the server answered the opt-in with +OK
-	hsLead  *hsState    // the endpoint's opt-in others wait for is this one's (guarded by Maint.mu)
+	hsLead  *hsState    // the endpoint's opt-in others wait for is this one's (guarded by handshakes.mu)
 
 	closeOnce  sync.Once
 	closeErr   atomic.Pointer[error] // why the Maint closed it
@@ -527,7 +493,7 @@ func (c *conn) Write(p []byte) (int, error) {
 	if s := c.state.Load(); s >= stateClosed && c.closedUnder() {
 		return 0, c.notWritten(c.ioErr(net.ErrClosed, nil))
 	}
-	if !c.m.sawCheck.Load() {
+	if !c.m.mis.checked() {
 		c.m.noteUnchecked(c)
 	}
 	if len(p) == 17 && isMonitor(p) {
@@ -652,7 +618,7 @@ func (c *conn) shut() error {
 		c.n.lastDrained.Store(time.Now().UnixNano())
 	}
 	c.m.unregister(c)
-	c.m.leadGone(c)
+	c.m.hs.leadGone(c)
 	err := c.raw.Close()
 	if out {
 		c.m.closedConn(c) // outcomes.go
@@ -699,6 +665,14 @@ func (c *conn) draining() bool {
 	return s == stateFenced || s == stateRetired || s == stateClosing
 }
 
+// fenced reports whether the connection is fenced: out of circulation once
+// the hold ends, still handed to the commands already past it.
+func (c *conn) fenced() bool { return c.state.Load() == stateFenced }
+
+// subscriber reports whether the connection is a subscriber (pub/sub or
+// MONITOR): it has nothing in flight, and go-redis reconnects it.
+func (c *conn) subscriber() bool { return c.sub.Load() }
+
 // LocalAddr returns the local address.
 func (c *conn) LocalAddr() net.Addr { return c.raw.LocalAddr() }
 
@@ -719,9 +693,7 @@ func (c *conn) SyscallConn() (syscall.RawConn, error) {
 		return nil, ErrRetired
 	}
 	c.checking.Store(true)
-	if !c.m.sawCheck.Load() {
-		c.m.sawCheck.Store(true)
-	}
+	c.m.mis.noteCheck()
 	if c.rawRC == nil {
 		sc, ok := c.raw.(syscall.Conn)
 		if !ok {
@@ -849,3 +821,42 @@ func (idleRawConn) Read(func(fd uintptr) bool) error {
 	return nil
 }
 func (idleRawConn) Write(func(fd uintptr) bool) error { return nil }
+
+// probeDial dials t's configured address below every Maint layer, for a
+// probe of a handoff (moving.go), and returns the connection, where it
+// landed and what an inner layer knew of it; a nil connection if the dial
+// failed or t was never dialled.
+func (m *Maint) probeDial(t *target) (net.Conn, string, dialOpts) {
+	nextp := t.next.Load()
+	if nextp == nil {
+		return nil, "", dialOpts{}
+	}
+	m.c.probes.Add(1)
+	ctx, cancel := context.WithTimeout(m.ctx, time.Second)
+	defer cancel()
+	dc := &dialCtx{m: m}
+	ctx = context.WithValue(ctx, dialKey{}, dc)
+	raw, err := (*nextp)(ctx, "tcp", t.addr)
+	if err != nil {
+		return nil, "", dialOpts{}
+	}
+	remote := remoteString(raw)
+	if remote == "" {
+		_ = raw.Close()
+		return nil, "", dialOpts{}
+	}
+	return raw, remote, dc.o
+}
+
+// remoteString is the connection's remote address, or "" when unreadable.
+func remoteString(c net.Conn) (s string) {
+	defer func() {
+		if recover() != nil {
+			s = ""
+		}
+	}()
+	if a := c.RemoteAddr(); a != nil {
+		return a.String()
+	}
+	return ""
+}

@@ -3,20 +3,26 @@
 // failovers) without failing a command.
 //
 // The servers announce maintenance with RESP3 push notifications: MOVING,
-// MIGRATING, MIGRATED, FAILING_OVER and FAILED_OVER. A Maint reads them on
-// every connection of a client and acts for the whole node:
+// MIGRATING, MIGRATED, FAILING_OVER and FAILED_OVER (SMIGRATING and SMIGRATED
+// on the cluster API). A Maint reads them on every connection of the clients
+// it is installed on, and acts for the whole node that sent them. At a MOVING:
 //
-//   - hold: every connection to a retiring node leaves circulation as soon as
-//     a replacement can be had (a named successor, or DNS naming another node);
-//     the pool never hands one out again;
-//   - drain: commands already written finish, within a bounded drain cap;
-//   - retire: the old connections close before the server closes them;
+//   - retire: every connection to the retiring node leaves circulation as soon
+//     as a replacement can be had (a named successor, or DNS naming another
+//     node); the pool never hands one out again;
+//   - hold: while none can be had and the node's last call has come, new
+//     commands wait in the process hook, bounded by their context and the hold
+//     budget, and the old connections serve only the commands already past it;
+//   - drain: commands already written finish; at the drain cap the idle old
+//     connections close, before the server closes them, and one that owes a
+//     reply is never closed by maint (no command is cut or run twice);
 //   - reclassify: each new connection is judged before go-redis gets it, and
 //     one that landed back on the retiring node never carries a command.
 //
-// During MIGRATING and FAILING_OVER the read and write deadlines of that
-// node's connections are relaxed to at least the relaxed timeout; relaxation
-// is a floor and never shortens a longer or infinite timeout.
+// During MIGRATING, FAILING_OVER and SMIGRATING the read and write deadlines of
+// that node's connections are relaxed to at least the relaxed timeout, and
+// during a MOVING those of every connection of the address the client dials;
+// relaxation is a floor and never shortens a longer or infinite timeout.
 //
 // # Installing
 //
@@ -34,7 +40,13 @@
 //	rdb := redis.NewClient(opt)
 //	rdb.AddHook(m)
 //
-// One Maint serves one client. Close it after the client.
+// One Maint may serve several clients: its state is keyed by the address each
+// client dials and the node each connection reached, so a MOVING of one
+// node retires that node's connections only. A hold, though, delays every
+// client of the Maint: give clients that must not wait for each other a Maint
+// each. Cluster, Ring and failover clients take a Group (NewGroup), which
+// installs Maints where each kind needs them (one per node client of a
+// ClusterClient or a Ring). Close a Maint after its clients.
 //
 // Whichever way it is installed, go-redis's built-in maintnotifications
 // handler never sees a maintenance notification: Maint removes them from the

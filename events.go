@@ -216,7 +216,7 @@ type Stats struct {
 	// support" (not remembered).
 	Handshakes, HandshakeErrors uint64
 	// Probes counts the probe dials of a configured address during and
-	// after handoffs (drive.go); ProbesReused those whose connection a dial
+	// after handoffs (moving.go); ProbesReused those whose connection a dial
 	// of the pool took (spare.go), ProbesUnused those that landed on a
 	// replacement and were closed untaken. The others landed on a retiring
 	// node, or failed, and were closed at once.
@@ -282,4 +282,19 @@ func (c *counters) snapshot() Stats {
 		ProbesReused:      c.sparesTaken.Load(),
 		ProbesUnused:      c.sparesUnused.Load(),
 	}
+}
+
+// emit logs e, and hands it to Config.OnEvent and to every observer.
+func (m *Maint) emit(e Event) {
+	if e.At.IsZero() {
+		e.At = time.Now()
+	}
+	if e.Pool == "" && e.Node != "" {
+		e.Pool = m.reg.poolOf(e.Node)
+	}
+	m.logEvent(e)
+	if f := m.s.onEvent; f != nil {
+		f(e)
+	}
+	m.obs.notify(e)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -158,7 +159,7 @@ func (f *failoverConn) Close() error {
 	if f.closeWanted.Swap(true) {
 		return nil
 	}
-	if !f.m.addDeferred(f) {
+	if !f.m.deferred.add(f) {
 		f.shut() // the Maint is closed: no wait outlives it
 		return nil
 	}
@@ -210,9 +211,7 @@ func (f *failoverConn) shut() {
 	if t := f.timer.Load(); t != nil {
 		t.Stop()
 	}
-	f.m.mu.Lock()
-	delete(f.m.deferred, f)
-	f.m.mu.Unlock()
+	f.m.deferred.remove(f)
 	if f.conn.owed() == 0 {
 		f.closedClean.Store(true)
 	}
@@ -273,19 +272,55 @@ func clearErrs(cmds []redis.Cmder) {
 	}
 }
 
-// addDeferred records f, whose close waits for owed replies, unless the
-// Maint is closed.
-func (m *Maint) addDeferred(f *failoverConn) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
+// deferredCloses are a Maint's failover connections whose close go-redis
+// asked for and that wait for owed replies: Close ends every wait, and
+// none is added after it.
+type deferredCloses struct {
+	mu     sync.Mutex // guards the following
+	closed bool
+	set    map[*failoverConn]struct{}
+}
+
+// add records f, whose close waits for owed replies, unless the Maint is
+// closed.
+func (d *deferredCloses) add(f *failoverConn) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
 		return false
 	}
-	if m.deferred == nil {
-		m.deferred = make(map[*failoverConn]struct{})
+	if d.set == nil {
+		d.set = make(map[*failoverConn]struct{})
 	}
-	m.deferred[f] = struct{}{}
+	d.set[f] = struct{}{}
 	return true
+}
+
+// remove forgets f, whose close is done.
+func (d *deferredCloses) remove(f *failoverConn) {
+	d.mu.Lock()
+	delete(d.set, f)
+	d.mu.Unlock()
+}
+
+// shutAll completes every close that waits (the Maint's Close), and
+// refuses the later ones.
+func (d *deferredCloses) shutAll() {
+	d.mu.Lock()
+	d.closed = true
+	set := d.set
+	d.set = nil
+	d.mu.Unlock()
+	for f := range set {
+		f.shut()
+	}
+}
+
+// len is how many closes wait, for tests.
+func (d *deferredCloses) len() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.set)
 }
 
 // rerunNotWritten runs a command again (again) while its error says that

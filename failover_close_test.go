@@ -216,7 +216,7 @@ func TestFailoverConnDeferredCloseEndsWithTheMaint(t *testing.T) {
 	require.NoError(t, m.Close())
 	assert.True(t, closedRaw(raw), "closed with the Maint")
 	assert.False(t, f.timer.Load().Stop(), "the cap's timer stopped")
-	assert.Empty(t, m.deferred)
+	assert.Zero(t, m.deferred.len())
 
 	c, raw = wrapFlag(t, m, nil) // the Maint is closed: no wait at all
 	f = &failoverConn{conn: c}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/maintkit/maint/internal/resp"
@@ -63,29 +64,10 @@ func (c *conn) prepareHandshake(_ context.Context, tlsOn bool) {
 func (m *Maint) takeTurn(c *conn) bool {
 	deadline := time.Now().Add(c.handshakeBound())
 	for {
-		now := monoNow()
-		m.mu.Lock()
-		st := m.hs[c.remote]
-		if st == nil {
-			m.pruneHSLocked(now)
-			st = &hsState{}
-			m.hs[c.remote] = st
+		send, ch := m.hs.turn(c, monoNow())
+		if ch == nil {
+			return send
 		}
-		switch {
-		case st.refusedUntil > now:
-			m.mu.Unlock()
-			return false
-		case st.ok:
-			m.mu.Unlock()
-			return true
-		case st.pending == nil:
-			st.pending = make(chan struct{})
-			c.hsLead = st
-			m.mu.Unlock()
-			return true
-		}
-		ch := st.pending
-		m.mu.Unlock()
 		d := time.Until(deadline)
 		if d <= 0 {
 			return true
@@ -119,8 +101,23 @@ func (c *conn) handshakeBound() time.Duration {
 // handshakeMargin is left of a write deadline for the write itself.
 const handshakeMargin = 200 * time.Millisecond
 
+// handshakeWait bounds how long a new connection waits for the answer to
+// another connection's opt-in to the same endpoint.
+const handshakeWait = time.Second
+
+// handshakes is the Maint's table of the endpoints' answers to the opt-in,
+// by the address a connection reached: one leader asks, the others wait for
+// its answer, and a refusal for lack of support is remembered for the
+// cooldown. Its methods are the only ones to touch it; bounded (maxHS).
+type handshakes struct {
+	retry time.Duration // how long a refusal for lack of support is remembered (HandshakeRetry)
+
+	mu sync.Mutex // guards m, and the hsLead of every connection
+	m  map[string]*hsState
+}
+
 // hsState is what a Maint knows of one endpoint's answer to the opt-in.
-// Guarded by Maint.mu.
+// Guarded by handshakes.mu.
 type hsState struct {
 	pending      chan struct{} // closed when the leading opt-in is answered (or its connection ends)
 	ok           bool          // the endpoint accepted an opt-in
@@ -129,23 +126,46 @@ type hsState struct {
 	last         mono          // the last answer, for pruning
 }
 
-// handshakeWait bounds how long a new connection waits for the answer to
-// another connection's opt-in to the same endpoint.
-const handshakeWait = time.Second
+// init sets how long a refusal for lack of support is remembered.
+func (hs *handshakes) init(retry time.Duration) { hs.retry = retry }
+
+// stateLocked returns remote's entry, made on first sight. hs.mu is held.
+func (hs *handshakes) stateLocked(remote string, now mono) *hsState {
+	st := hs.m[remote]
+	if st == nil {
+		hs.pruneLocked(now)
+		st = &hsState{}
+		hs.m[remote] = st
+	}
+	return st
+}
+
+// turn is one look at c's endpoint for takeTurn: whether c sends the
+// opt-in now, or, when ch is not nil, the answer to wait for first.
+func (hs *handshakes) turn(c *conn, now mono) (send bool, ch chan struct{}) {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	st := hs.stateLocked(c.remote, now)
+	switch {
+	case st.refusedUntil > now:
+		return false, nil
+	case st.ok:
+		return true, nil
+	case st.pending == nil:
+		st.pending = make(chan struct{})
+		c.hsLead = st
+		return true, nil
+	}
+	return false, st.pending
+}
 
 // answered records the answer to c's opt-in (accepted, or refused for lack
 // of support), and wakes the connections waiting for it.
-func (m *Maint) answered(c *conn, accepted, refused bool, msg string) {
+func (hs *handshakes) answered(c *conn, accepted, refused bool, msg string) {
 	now := monoNow()
-	m.mu.Lock()
-	if m.hs == nil {
-		m.hs = make(map[string]*hsState)
-	}
-	st := m.hs[c.remote]
-	if st == nil {
-		st = &hsState{}
-		m.hs[c.remote] = st
-	}
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	st := hs.stateLocked(c.remote, now)
 	st.last = now
 	if accepted {
 		st.ok = true
@@ -154,8 +174,8 @@ func (m *Maint) answered(c *conn, accepted, refused bool, msg string) {
 	if refused {
 		st.ok = false
 		st.refusal = msg
-		if m.s.handshakeRetry > 0 {
-			st.refusedUntil = now + int64(m.s.handshakeRetry)
+		if hs.retry > 0 {
+			st.refusedUntil = now + int64(hs.retry)
 		}
 	}
 	if c.hsLead == st && st.pending != nil {
@@ -163,17 +183,16 @@ func (m *Maint) answered(c *conn, accepted, refused bool, msg string) {
 		st.pending = nil
 	}
 	c.hsLead = nil
-	m.mu.Unlock()
 }
 
 // refusal reports whether remote's answer to the opt-in is known, and the
 // refusal it answered, if it refused for lack of support within the
 // cooldown ("" otherwise).
-func (m *Maint) refusal(remote string) (known bool, msg string) {
+func (hs *handshakes) refusal(remote string) (known bool, msg string) {
 	now := monoNow()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	st := m.hs[remote]
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	st := hs.m[remote]
 	if st == nil {
 		return false, ""
 	}
@@ -183,11 +202,19 @@ func (m *Maint) refusal(remote string) (known bool, msg string) {
 	return st.ok, ""
 }
 
+// refusedNow reports whether remote refused the opt-in within the cooldown.
+func (hs *handshakes) refusedNow(remote string, now mono) bool {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	st := hs.m[remote]
+	return st != nil && st.refusedUntil > now
+}
+
 // leadGone releases the connections waiting on c's opt-in when c ends
 // before its answer came.
-func (m *Maint) leadGone(c *conn) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+func (hs *handshakes) leadGone(c *conn) {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
 	if st := c.hsLead; st != nil && st.pending != nil {
 		close(st.pending)
 		st.pending = nil
@@ -198,23 +225,23 @@ func (m *Maint) leadGone(c *conn) {
 // maxHS bounds the endpoints remembered.
 const maxHS = 1024
 
-// pruneHSLocked forgets endpoints whose last answer is old and that are
-// not refused now, and the oldest ones past maxHS. m.mu is held.
-func (m *Maint) pruneHSLocked(now mono) {
-	if m.hs == nil {
-		m.hs = make(map[string]*hsState)
+// pruneLocked forgets endpoints whose last answer is old and that are
+// not refused now, and the oldest ones past maxHS. hs.mu is held.
+func (hs *handshakes) pruneLocked(now mono) {
+	if hs.m == nil {
+		hs.m = make(map[string]*hsState)
 	}
-	for k, st := range m.hs {
+	for k, st := range hs.m {
 		if st.pending == nil && st.refusedUntil <= now && now-st.last > int64(hsForget) {
-			delete(m.hs, k)
+			delete(hs.m, k)
 		}
 	}
-	for k, st := range m.hs {
-		if len(m.hs) < maxHS {
+	for k, st := range hs.m {
+		if len(hs.m) < maxHS {
 			break
 		}
 		if st.pending == nil {
-			delete(m.hs, k)
+			delete(hs.m, k)
 		}
 	}
 }
@@ -266,26 +293,26 @@ func isHello3(p []byte) bool {
 // Stripper took out of the stream.
 func (c *conn) onHandshakeReply(frame []byte) {
 	if len(frame) == 0 {
-		c.m.answered(c, false, false, "")
+		c.m.hs.answered(c, false, false, "")
 		return
 	}
 	switch frame[0] {
 	case '+':
 		c.optedIn.Store(true)
-		c.m.answered(c, true, false, "")
+		c.m.hs.answered(c, true, false, "")
 	case '-', '!':
 		msg := errorText(frame)
 		if noSupport(msg) {
 			c.m.noteRefusal(c, msg)
 		} else {
 			c.m.c.handshakeErrors.Add(1)
-			c.m.answered(c, false, false, "")
+			c.m.hs.answered(c, false, false, "")
 			// A transient refusal (LOADING, BUSY...), handled: the connection
 			// carries on without notifications (outcomes.go).
 			c.m.emit(Event{Kind: EventError, Node: c.remote, Internal: true, Err: serverReply(msg)})
 		}
 	default:
-		c.m.answered(c, false, false, "")
+		c.m.hs.answered(c, false, false, "")
 	}
 }
 
@@ -311,12 +338,8 @@ func noSupport(msg string) bool {
 // noteRefusal records that c's endpoint refused the opt-in for lack of
 // support, for the cooldown, and says so once per endpoint and cooldown.
 func (m *Maint) noteRefusal(c *conn, msg string) {
-	now := monoNow()
-	m.mu.Lock()
-	st := m.hs[c.remote]
-	again := st != nil && st.refusedUntil > now // another connection of the same burst
-	m.mu.Unlock()
-	m.answered(c, false, true, msg)
+	again := m.hs.refusedNow(c.remote, monoNow()) // another connection of the same burst
+	m.hs.answered(c, false, true, msg)
 	if again {
 		return
 	}

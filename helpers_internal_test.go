@@ -109,7 +109,7 @@ func (d *fakeDialer) dial(_ context.Context, _, addr string) (net.Conn, error) {
 
 func waitIdle(t *testing.T, m *Maint) {
 	t.Helper()
-	require.Eventually(t, func() bool { return m.runs.Load() == nil }, 30*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return m.ho.runs.Load() == nil }, 30*time.Second, 5*time.Millisecond)
 }
 
 // dlConn is a fakeConn that records the deadlines put on the socket.

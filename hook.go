@@ -3,83 +3,49 @@ package maint
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
-// Maint handles maintenance notifications for one go-redis client. It is a
-// redis.Hook: rdb.AddHook(m) is the whole integration for an existing client.
-// It is safe for concurrent use by multiple goroutines.
+// Maint handles maintenance notifications for the go-redis clients it is
+// installed on: one client, or several (the node clients of a
+// ClusterClient, the shards of a Ring, clients of several databases), each
+// connection judged by the address it dials and the node it reached. It is
+// a redis.Hook: rdb.AddHook(m) is the whole integration for an existing
+// client. It is safe for concurrent use by multiple goroutines.
 type Maint struct {
+	// Each concern keeps its state in a type of its own file, composed
+	// below, which only that file's code touches; the Maint's own fields
+	// (the settings, the counters, its context and whether it has stepped
+	// aside) are read by all.
+
 	s settings
 	c counters
 
 	ctx    context.Context // done when Close is called
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // background goroutines: handoff drivers
+	wg     sync.WaitGroup // background goroutines: handoff drivers, probes, drains
 
-	mu      sync.Mutex // guards the following
-	closed  bool
-	targets map[string]*target
-	nodes   map[string]*node
-
-	gen atomic.Uint64 // generations of MOVINGs: a later one supersedes
+	mu     sync.Mutex // guards closed: nothing of the Maint starts after Close (goBackground, checkRelaxOwned)
+	closed bool
 	// stopped is set by Close: the Maint steps aside, and its connections
 	// stop stripping notifications and relaxing deadlines.
 	stopped atomic.Bool
-	// holds is non-nil while commands must wait for a replacement: one hold
-	// per node whose window is ending with no replacement to be had. It is
-	// replaced, never changed in place (copy on write, under mu). The process
-	// hooks load it once per command: the whole cost of the hook when no
-	// maintenance is going on.
-	holds atomic.Pointer[[]*hold]
-	// runs are the handoffs in progress, one per retiring node, copied on
-	// write under mu: every new connection is judged against all of them.
-	runs atomic.Pointer[[]*run]
-	// seen remembers the MOVINGs acted on, by sequence id (ids are per
-	// database), so that a copy or a late copy changes nothing. Guarded by
-	// mu; bounded (see seen.go).
-	seen seenMovings
-	// relaxedUntil is the latest end (mono) of any node's relaxation,
-	// never lowered early: while it lasts, a command that timed out waiting
-	// for a pool connection is given another turn (see poolRetry).
-	relaxedUntil atomic.Int64
-	// registered counts registrations, to sweep idle nodes now and then.
-	registered uint64
-	// obs are the observers of the Maint's events (observe.go), copied on
-	// write under mu.
-	obs atomic.Pointer[[]*observer]
-	// pools maps a node's key to its pool's name, for events (outcomes.go).
-	pools sync.Map
-	// hs is what each endpoint answered to the opt-in (handshake.go).
-	// Guarded by mu, bounded.
-	hs map[string]*hsState
-	// configs are the options Configure claimed (see misuse.go).
-	configs []*maintnotifications.Config
-	// deferred are the failover connections whose close go-redis asked for
-	// and that wait for owed replies (failover_close.go): Close ends the
-	// wait. Guarded by mu.
-	deferred map[*failoverConn]struct{}
-
-	// Misuse detection (misuse.go).
-	sawCheck        atomic.Bool   // a pool health check reached a connection
-	uncheckedWrites atomic.Uint64 // writes past the handshake before any health check
-	misuseOnce      sync.Once
 	// hooked is set once go-redis has taken the process hooks (AddHook):
 	// only then can commands be held before they take a connection.
 	hooked atomic.Bool
 
-	// Cluster (cluster.go). emptied is when this node, left with no slot,
-	// stops retiring its connections (mono; 0: never emptied); draining is
-	// set while they are being closed.
-	emptied  atomic.Int64
-	draining atomic.Bool
+	reg       registry       // targets, nodes and their connections (registry.go)
+	ho        handoffs       // MOVINGs: handoffs in progress, holds, MOVINGs seen (moving.go)
+	relaxSpan relaxSpan      // the latest end of any relaxation, for poolRetry (relax.go)
+	obs       observers      // subscribers to the events (observe.go)
+	hs        handshakes     // each endpoint's answer to the opt-in (handshake.go)
+	mis       misuseWatch    // misuse detection, options claimed (misuse.go)
+	deferred  deferredCloses // failover closes waiting for owed replies (failover_close.go)
+	emptied   emptiedNode    // a cluster node client's node left with no slot (cluster.go)
 }
 
 var _ redis.Hook = (*Maint)(nil)
@@ -91,11 +57,8 @@ func New(opts ...Option) *Maint {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	m := &Maint{
-		s:       cfg.settings(),
-		targets: make(map[string]*target),
-		nodes:   make(map[string]*node),
-	}
+	m := &Maint{s: cfg.settings()}
+	m.hs.init(m.s.handshakeRetry)
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	switch m.s.endpoint {
 	case "", "internal-ip", "internal-fqdn", "external-ip", "external-fqdn", "none":
@@ -123,7 +86,7 @@ func (m *Maint) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			if sc, ok := cmd.(*redis.ClusterSlotsCmd); ok {
 				// Before any hold: a map served needs no connection.
 				return cs.clusterSlots(ctx, m, sc, func(ctx context.Context, cmd redis.Cmder) error {
-					if m.holds.Load() != nil {
+					if m.ho.holding() {
 						if err := m.waitHolds(ctx); err != nil {
 							cmd.SetErr(err)
 							return err
@@ -133,7 +96,7 @@ func (m *Maint) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 				})
 			}
 		}
-		if m.holds.Load() != nil {
+		if m.ho.holding() {
 			if err := m.waitHolds(ctx); err != nil {
 				cmd.SetErr(err)
 				m.noteErr(err)
@@ -183,7 +146,7 @@ func (m *Maint) poolRetry(ctx context.Context, again func() error, err error) er
 // whole pipeline waits, so nothing is split across nodes.
 func (m *Maint) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if m.holds.Load() != nil {
+		if m.ho.holding() {
 			if err := m.waitHolds(ctx); err != nil {
 				for _, cmd := range cmds {
 					cmd.SetErr(err)
@@ -212,35 +175,9 @@ func (m *Maint) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 	}
 }
 
-// hold is one node's period during which commands wait.
-type hold struct {
-	node     string
-	released chan struct{}
-	once     sync.Once
-	until    time.Time // the hold budget's end, a bound for waiters
-	tally    holdTally // the commands that waited on it (report.go)
-}
-
-func (h *hold) release() { h.once.Do(func() { close(h.released) }) }
-
-// addHold puts h in force.
-func (m *Maint) addHold(h *hold) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	swapIn(&m.holds, nil, h)
-}
-
-// releaseHold ends h, and h only: another node's hold stays in force.
-func (m *Maint) releaseHold(h *hold) {
-	m.mu.Lock()
-	swapIn(&m.holds, h, nil)
-	m.mu.Unlock()
-	h.release()
-}
-
 // swapIn replaces the copy-on-write list in p by one without drop and with
 // add (each ignored when nil), or by nil when that leaves it empty. Writers
-// hold Maint.mu; readers only load the pointer.
+// hold the list's own lock; readers only load the pointer.
 func swapIn[T comparable](p *atomic.Pointer[[]T], drop, add T) {
 	var none T
 	var out []T
@@ -259,77 +196,6 @@ func swapIn[T comparable](p *atomic.Pointer[[]T], drop, add T) {
 	} else {
 		p.Store(&out)
 	}
-}
-
-// waitHolds makes a command wait until no hold is in force, each hold
-// bounded by its own budget, all by ctx.
-func (m *Maint) waitHolds(ctx context.Context) error {
-	counted := false
-	for {
-		hs := m.holds.Load()
-		if hs == nil {
-			return nil
-		}
-		var h *hold
-		now := time.Now()
-		for _, x := range *hs {
-			select {
-			case <-x.released:
-				continue
-			default:
-			}
-			if now.Before(x.until) {
-				h = x
-				break
-			}
-		}
-		if h == nil {
-			return nil // every hold's budget is spent: let the command try
-		}
-		if !counted {
-			counted = true
-			m.c.held.Add(1)
-		}
-		if err := m.waitHold(ctx, h); err != nil {
-			return err
-		}
-		if m.ctx.Err() != nil {
-			return nil
-		}
-	}
-}
-
-// waitHold waits for one hold, bounded by its budget and ctx.
-func (m *Maint) waitHold(ctx context.Context, h *hold) error {
-	d := time.Until(h.until)
-	if d <= 0 {
-		return nil
-	}
-	start := time.Now()
-	h.tally.start()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-h.released:
-		m.heldDone(h, start, "released")
-		return nil
-	case <-t.C:
-		m.heldDone(h, start, "budget")
-		return nil // the budget is spent: let the command try
-	case <-m.ctx.Done():
-		m.heldDone(h, start, "closed")
-		return nil // closed: step aside
-	case <-ctx.Done():
-		m.c.heldTimeouts.Add(1)
-		m.heldDone(h, start, "timeout")
-		return fmt.Errorf("%w on %s: %w", ErrHeld, h.node, ctx.Err())
-	}
-}
-
-// heldDone counts a command that stopped waiting on h, for the handoff's
-// report: atomics only, nothing per command beyond.
-func (m *Maint) heldDone(h *hold, start time.Time, why string) {
-	h.tally.note(time.Since(start), why == "timeout")
 }
 
 // Configure prepares options for a new client: it turns go-redis's built-in
@@ -376,19 +242,9 @@ func (m *Maint) Close() error {
 	if cs := m.s.cluster; cs != nil {
 		cs.leave(m)
 	}
-	if hs := m.holds.Swap(nil); hs != nil {
-		for _, h := range *hs {
-			h.release()
-		}
-	}
+	m.ho.releaseAll()
 	m.endRelaxReports()
-	m.mu.Lock()
-	deferred := m.deferred
-	m.deferred = nil
-	m.mu.Unlock()
-	for f := range deferred {
-		f.shut()
-	}
+	m.deferred.shutAll()
 	m.wg.Wait()
 	m.dropSpares()
 	return nil
@@ -407,36 +263,4 @@ func (m *Maint) goBackground(f func()) bool {
 		f()
 	}()
 	return true
-}
-
-// emit logs e, and hands it to Config.OnEvent and to every observer.
-func (m *Maint) emit(e Event) {
-	if e.At.IsZero() {
-		e.At = time.Now()
-	}
-	if e.Pool == "" && e.Node != "" {
-		e.Pool = m.poolOf(e.Node)
-	}
-	m.logEvent(e)
-	if f := m.s.onEvent; f != nil {
-		f(e)
-	}
-	if os := m.obs.Load(); os != nil {
-		for _, o := range *os {
-			o.f(e)
-		}
-	}
-}
-
-// remoteString is the connection's remote address, or "" when unreadable.
-func remoteString(c net.Conn) (s string) {
-	defer func() {
-		if recover() != nil {
-			s = ""
-		}
-	}()
-	if a := c.RemoteAddr(); a != nil {
-		return a.String()
-	}
-	return ""
 }

@@ -2,6 +2,7 @@ package maint
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
@@ -18,6 +19,45 @@ import (
 // again and again (replies read, commands written after them) without one
 // health check ever reaching it, and says so once.
 
+// misuseWatch is what the Maint watches to tell misuse: whether a health
+// check reached it, the writes seen before one did, the options Configure
+// claimed (so that they can be unclaimed at Close), and the one report.
+type misuseWatch struct {
+	sawCheck        atomic.Bool   // a pool health check reached a connection
+	uncheckedWrites atomic.Uint64 // writes past the handshake before any health check
+	once            sync.Once     // misuse is said once
+
+	mu      sync.Mutex // guards configs
+	configs []*maintnotifications.Config
+}
+
+// checked reports whether a pool health check has reached one of the
+// Maint's connections: one atomic load, on every write until it has.
+func (w *misuseWatch) checked() bool { return w.sawCheck.Load() }
+
+// noteCheck records that a pool health check reached a connection.
+func (w *misuseWatch) noteCheck() {
+	if !w.sawCheck.Load() {
+		w.sawCheck.Store(true)
+	}
+}
+
+// addConfig remembers cfg, claimed by Configure.
+func (w *misuseWatch) addConfig(cfg *maintnotifications.Config) {
+	w.mu.Lock()
+	w.configs = append(w.configs, cfg)
+	w.mu.Unlock()
+}
+
+// takeConfigs returns the options claimed, and forgets them.
+func (w *misuseWatch) takeConfigs() []*maintnotifications.Config {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	cfgs := w.configs
+	w.configs = nil
+	return cfgs
+}
+
 // uncheckedReuses is how many writes after a connection's handshake, with
 // no health check ever seen, make maint say that its health check is hidden.
 const uncheckedReuses = 512
@@ -28,14 +68,14 @@ func (m *Maint) noteUnchecked(c *conn) {
 	if c.replies.Load() < 4 || c.sub.Load() {
 		return // the handshake, or a subscriber: never health-checked
 	}
-	if m.uncheckedWrites.Add(1) == uncheckedReuses && !m.sawCheck.Load() {
+	if m.mis.uncheckedWrites.Add(1) == uncheckedReuses && !m.mis.checked() {
 		m.misuse("no pool health check reaches maint's connections (a DialHook added after maint wraps its net.Conn without SyscallConn?): connections retired by a handoff cannot be refused to the pool, and the server may close them under commands; add maint's hook last, or forward SyscallConn")
 	}
 }
 
 // misuse says once what switches part of maint off.
 func (m *Maint) misuse(what string) {
-	m.misuseOnce.Do(func() {
+	m.mis.once.Do(func() {
 		m.emit(Event{Kind: EventMisuse, Detail: what})
 	})
 }
@@ -59,19 +99,13 @@ func (m *Maint) claim(opt *redis.Options) bool {
 	cfg := &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	opt.MaintNotificationsConfig = cfg
 	configured.Store(cfg, m)
-	m.mu.Lock()
-	m.configs = append(m.configs, cfg)
-	m.mu.Unlock()
+	m.mis.addConfig(cfg)
 	return true
 }
 
 // unclaim forgets the options m configured (at Close).
 func (m *Maint) unclaim() {
-	m.mu.Lock()
-	cfgs := m.configs
-	m.configs = nil
-	m.mu.Unlock()
-	for _, cfg := range cfgs {
+	for _, cfg := range m.mis.takeConfigs() {
 		configured.Delete(cfg)
 	}
 }

@@ -195,7 +195,7 @@ func TestTwoHoldsAreIndependent(t *testing.T) {
 	ca.(*conn).onNotification(resp.AppendMoving(nil, 1, 1, "", true))
 	cb.(*conn).onNotification(resp.AppendMoving(nil, 2, 1, "", true))
 	require.Eventually(t, func() bool {
-		hs := m.holds.Load()
+		hs := m.ho.holds.Load()
 		return hs != nil && len(*hs) == 2
 	}, 5*time.Second, time.Millisecond, "both nodes hold at their last call")
 
@@ -205,7 +205,7 @@ func TestTwoHoldsAreIndependent(t *testing.T) {
 	_, err = dialA(ctx, "tcp", "a.test:6379") // DNS names another node for a.test
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		hs := m.holds.Load()
+		hs := m.ho.holds.Load()
 		return hs != nil && len(*hs) == 1 && (*hs)[0].node == B
 	}, 5*time.Second, time.Millisecond, "A's hold is released, B's stays")
 }
@@ -292,16 +292,16 @@ func TestReplacementSeenAtTheLastCallReleasesTheHold(t *testing.T) {
 		RelaxedTimeout: 10 * time.Second, HoldBudget: 10 * time.Second, Identifying: true})
 	r := &run{m: m, n: c.n, t: tg, h: h, gen: 1, seq: 1, kick: make(chan struct{}, 1), stop: make(chan struct{}), changed: make(chan struct{})}
 	c.n.run.Store(r)
-	m.mu.Lock()
-	swapIn(&m.runs, nil, r)
-	m.mu.Unlock()
+	m.ho.mu.Lock()
+	swapIn(&m.ho.runs, nil, r)
+	m.ho.mu.Unlock()
 
 	act := h.Tick(h.LastCall()) // the driver: Retire|Hold, not applied yet
 	require.Equal(t, handoff.Retire|handoff.Hold, act)
 	r.sawReplacement("10.0.0.2:6379") // a dial, meanwhile
 	r.apply(act)                      // the driver applies what it had
 	r.apply(r.advance(time.Now()))    // and steps again, woken by the kick
-	assert.Nil(t, m.holds.Load(), "the hold is released")
+	assert.Nil(t, m.ho.holds.Load(), "the hold is released")
 	assert.Equal(t, handoff.Draining, h.Phase())
 	assert.Equal(t, stateRetired, c.state.Load(), "the fenced connection is refused once a replacement can be had")
 }
@@ -404,9 +404,9 @@ func TestDrainCapCloseNeverCutsACommandWrittenMeanwhile(t *testing.T) {
 	c, raw := wrapScript(t, m, nil)
 	require.True(t, m.retireConn(c, true))
 
-	// Hold the Maint's lock so that the close stops between its decision and
-	// the socket's close (closeWith takes m.mu on the way).
-	m.mu.Lock()
+	// Hold the handshake table's lock so that the close stops between its
+	// decision and the socket's close (closeWith takes it on the way).
+	m.hs.mu.Lock()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -415,7 +415,7 @@ func TestDrainCapCloseNeverCutsACommandWrittenMeanwhile(t *testing.T) {
 	require.Eventually(t, func() bool { return c.state.Load() == stateClosed }, 5*time.Second, time.Millisecond,
 		"the close decided")
 	_, werr := c.Write([]byte("*2\r\n$4\r\nINCR\r\n$1\r\nk\r\n"))
-	m.mu.Unlock()
+	m.hs.mu.Unlock()
 	<-done
 
 	raw.mu.Lock()

@@ -1,9 +1,42 @@
 package maint
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // An observer is one function subscribed to a Maint's events.
 type observer struct{ f func(Event) }
+
+// observers are the functions subscribed to a Maint's events: a list
+// copied on write under mu, which emitting an event loads once.
+type observers struct {
+	mu   sync.Mutex // serialises writers
+	list atomic.Pointer[[]*observer]
+}
+
+// add subscribes o.
+func (ob *observers) add(o *observer) {
+	ob.mu.Lock()
+	swapIn(&ob.list, nil, o)
+	ob.mu.Unlock()
+}
+
+// remove unsubscribes o.
+func (ob *observers) remove(o *observer) {
+	ob.mu.Lock()
+	swapIn(&ob.list, o, nil)
+	ob.mu.Unlock()
+}
+
+// notify calls every observer with e: one atomic load when there is none.
+func (ob *observers) notify(e Event) {
+	if l := ob.list.Load(); l != nil {
+		for _, o := range *l {
+			o.f(e)
+		}
+	}
+}
 
 // Observe subscribes f to every Event the Maint emits from now on, in
 // addition to Config.OnEvent, and returns the function that unsubscribes
@@ -15,17 +48,9 @@ type observer struct{ f func(Event) }
 // costs one atomic load and allocates nothing; subscribing copies the list.
 func (m *Maint) Observe(f func(Event)) (cancel func()) {
 	o := &observer{f: f}
-	m.mu.Lock()
-	swapIn(&m.obs, nil, o)
-	m.mu.Unlock()
+	m.obs.add(o)
 	var once sync.Once
-	return func() {
-		once.Do(func() {
-			m.mu.Lock()
-			swapIn(&m.obs, o, nil)
-			m.mu.Unlock()
-		})
-	}
+	return func() { once.Do(func() { m.obs.remove(o) }) }
 }
 
 // groupObservers are the functions subscribed to a Group: each is

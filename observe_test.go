@@ -35,7 +35,7 @@ func TestObserve(t *testing.T) {
 	assert.Len(t, a, 100+1) // AllocsPerRun runs once more to warm up
 	assert.Len(t, b, 100+2)
 	assert.Equal(t, EventHandoff, b[len(b)-1])
-	assert.Nil(t, m.obs.Load(), "the list is empty again")
+	assert.Nil(t, m.obs.list.Load(), "the list is empty again")
 }
 
 // A Group's observer reaches the Maints installed after it subscribed.

@@ -49,27 +49,6 @@ func (m *Maint) noteErr(err error) {
 	m.emit(e)
 }
 
-// prunePoolsLocked forgets the pool names of nodes forgotten before this
-// sweep: a node's late events (a handoff's report) still find its pool
-// until the next sweep. m.mu is held.
-func (m *Maint) prunePoolsLocked() {
-	m.pools.Range(func(k, _ any) bool {
-		if _, ok := m.nodes[k.(string)]; !ok {
-			m.pools.Delete(k)
-		}
-		return true
-	})
-}
-
-// poolOf is the name of the pool whose connections reached node: the
-// configured address of the target whose connection registered it first.
-func (m *Maint) poolOf(node string) string {
-	if v, ok := m.pools.Load(node); ok {
-		return v.(string)
-	}
-	return ""
-}
-
 // serverReply is an error reply of the server that maint handled itself
 // (EventError with Internal set). It is a redis.Error, as go-redis's own
 // error replies are, so that metrics read its status code.

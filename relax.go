@@ -2,6 +2,7 @@ package maint
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/maintkit/maint/internal/resp"
@@ -177,22 +178,33 @@ func (n *node) updateRelaxLocked(now mono) {
 	n.relaxUntil.Store(until)
 }
 
-// noteRelaxed raises the Maint-wide end of relaxation (see
-// Maint.relaxedUntil) to until.
-func (m *Maint) noteRelaxed(until mono) {
+// relaxSpan is the latest end (mono) of any relaxation in a Maint, never
+// lowered early: while it lasts, a command that timed out waiting for a
+// pool connection is given another turn (see Maint.poolRetry).
+type relaxSpan struct{ until atomic.Int64 }
+
+// raise raises the end to until.
+func (s *relaxSpan) raise(until mono) {
 	for {
-		cur := m.relaxedUntil.Load()
-		if until <= cur || m.relaxedUntil.CompareAndSwap(cur, until) {
+		cur := s.until.Load()
+		if until <= cur || s.until.CompareAndSwap(cur, until) {
 			return
 		}
 	}
 }
 
-// anyRelaxed reports whether some node of m may be relaxed now.
-func (m *Maint) anyRelaxed() bool {
-	u := m.relaxedUntil.Load()
+// lasts reports whether the span lasts now.
+func (s *relaxSpan) lasts() bool {
+	u := s.until.Load()
 	return u != 0 && monoNow() < u
 }
+
+// noteRelaxed raises the Maint-wide end of relaxation (see relaxSpan) to
+// until.
+func (m *Maint) noteRelaxed(until mono) { m.relaxSpan.raise(until) }
+
+// anyRelaxed reports whether some node of m may be relaxed now.
+func (m *Maint) anyRelaxed() bool { return m.relaxSpan.lasts() }
 
 // relaxingAt reports whether n's timeouts are relaxed at now.
 func (n *node) relaxingAt(now mono) bool {

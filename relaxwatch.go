@@ -68,13 +68,7 @@ func (m *Maint) checkRelaxOwned(n *node) {
 // Maint closes (it steps aside: nothing is relaxed any more) and stops the
 // timers.
 func (m *Maint) endRelaxReports() {
-	m.mu.Lock()
-	ns := make([]*node, 0, len(m.nodes))
-	for _, n := range m.nodes {
-		ns = append(ns, n)
-	}
-	m.mu.Unlock()
-	for _, n := range ns {
+	for _, n := range m.reg.nodeList() {
 		m.checkRelax(n) // stopped: reports off where it was on
 	}
 }

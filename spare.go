@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// A probe (drive.go) dials the configured address the way the client's dial
+// A probe (moving.go) dials the configured address the way the client's dial
 // path does. When it lands on a replacement, its connection is exactly what
 // the pool is about to dial for: the handoff retires the old connections on
 // that news, and the pool replaces each on its next use. So the probe's
@@ -78,13 +78,7 @@ func (m *Maint) dropSpare(t *target) {
 
 // dropSpares closes every target's spare (Close).
 func (m *Maint) dropSpares() {
-	m.mu.Lock()
-	ts := make([]*target, 0, len(m.targets))
-	for _, t := range m.targets {
-		ts = append(ts, t)
-	}
-	m.mu.Unlock()
-	for _, t := range ts {
+	for _, t := range m.reg.targetList() {
 		m.dropSpare(t)
 	}
 }

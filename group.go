@@ -370,15 +370,7 @@ func (h *liveHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 }
 
 // openConns counts the connections m watches.
-func (m *Maint) openConns() int64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var n int64
-	for _, t := range m.targets {
-		n += t.conns.Load()
-	}
-	return n
-}
+func (m *Maint) openConns() int64 { return m.reg.openConns() }
 
 // startSweeper starts the goroutine that forgets the Maints of ring shards
 // go-redis closed and installs Maints on instrumented Rings' shards that
