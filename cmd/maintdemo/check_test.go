@@ -16,7 +16,7 @@ import (
 // with few goroutines so that the migrating scenario saturates them (its
 // commands not started must not fail the check).
 var checkArgs = []string{"--scenario", "named,migrating", "--clients", "maint", "--window", "1s",
-	"--before", "500ms", "--goroutines", "64", "--rate", "400", "--pool", "4", "--check"}
+	"--before", "500ms", "--goroutines", "64", "--rate", "100", "--pool", "4", "--check"}
 
 // TestCheckJudgesEachScenario: --check passes on this (healthy) build,
 // although the migrating scenario leaves commands unstarted by design, and
