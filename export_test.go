@@ -2,6 +2,7 @@ package maint
 
 import (
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -40,3 +41,47 @@ func WatchedRings(g *Group) int { return g.watchedRings() }
 // ErrNotWritten is errNotWritten, for tests that make a write fail as
 // maint's connections do when closed before the command was written.
 var ErrNotWritten = errNotWritten
+
+// GroupMemory is what a Group remembers of its clients, for the uptime test:
+// its members (Maints), the clients it knows them by, the cluster states of
+// the ClusterOptions it configured, the options of every kind it owns
+// (kindOwners), the Rings it polls, and the options the Maints of every
+// Group have configured (misuse.go's configured, process-wide).
+type GroupMemory struct {
+	Members, Clients, Clusters, Owned, Watched, Configured int
+}
+
+// MemoryOf returns what g remembers.
+func MemoryOf(g *Group) GroupMemory {
+	g.mu.Lock()
+	mem := GroupMemory{Members: len(g.ms), Clients: len(g.byCli), Clusters: len(g.clusters), Watched: len(g.watched)}
+	g.mu.Unlock()
+	kindOwners.Range(func(_, v any) bool {
+		if v.(*Group) == g {
+			mem.Owned++
+		}
+		return true
+	})
+	configured.Range(func(_, _ any) bool {
+		mem.Configured++
+		return true
+	})
+	return mem
+}
+
+// StateSize is the size in bytes of maint's structures, for the memory
+// table of BenchmarkSideBySide: Conn per connection, Node per server node
+// reached, Target per address the client dials, Maint per client. Buffers
+// allocated only while maintenance is going on (a stripped notification,
+// a peeked window) are not included.
+type StateSize struct{ Conn, Node, Target, Maint uintptr }
+
+// StateSizes returns the sizes of maint's structures.
+func StateSizes() StateSize {
+	return StateSize{
+		Conn:   unsafe.Sizeof(conn{}),
+		Node:   unsafe.Sizeof(node{}),
+		Target: unsafe.Sizeof(target{}),
+		Maint:  unsafe.Sizeof(Maint{}),
+	}
+}
