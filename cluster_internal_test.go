@@ -323,7 +323,7 @@ func TestSMigratedEndsItsOwnSMigrating(t *testing.T) {
 	assert.True(t, n.relaxing())
 }
 
-// Issue 14 item 7: an SMIGRATING relaxes the migrating master's replicas
+// An SMIGRATING relaxes the migrating master's replicas
 // too (reads reach them with ReadOnly, RouteByLatency, RouteRandomly), and
 // its SMIGRATED ends it there.
 func TestSMigratingRelaxesReplicas(t *testing.T) {
@@ -369,7 +369,7 @@ func TestSMigratedMemoryBounded(t *testing.T) {
 	assert.True(t, newest)
 }
 
-// Issue 14 item 4: 100 000 distinct addresses, in SMIGRATEDs (as sources
+// 100 000 distinct addresses, in SMIGRATEDs (as sources
 // and destinations, each under its own id), in slot maps read, and as
 // ClusterClients bound, leave every table within its bound.
 func TestClusterTablesBoundedOverManyAddresses(t *testing.T) {

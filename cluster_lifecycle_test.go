@@ -1,6 +1,6 @@
 package maint_test
 
-// Issue 14 item 5: a Group that makes and closes ClusterClients never
+// A Group that makes and closes ClusterClients never
 // reaches a closed client, and a node that leaves the slot map and returns
 // is served by a live node client.
 

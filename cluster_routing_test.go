@@ -1,6 +1,6 @@
 package maint_test
 
-// Issue 14 item 2: every invariant of go-redis's routing holds with maint
+// Every invariant of go-redis's routing holds with maint
 // installed, in the window after an SMIGRATED where maint used to route
 // commands itself: a pipeline runs in the order written, XGROUP goes where
 // go-redis sends it (its stream), Watch runs whole on one node, and the

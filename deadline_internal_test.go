@@ -14,7 +14,7 @@ import (
 	"github.com/maintkit/maint/internal/resp"
 )
 
-// Item 3: relaxation per operation. MIGRATING 10, FAILING_OVER 11,
+// Relaxation per operation. MIGRATING 10, FAILING_OVER 11,
 // MIGRATED 12: the node stays relaxed until FAILED_OVER 13 plus the tail.
 func TestRelaxationPerOperation(t *testing.T) {
 	m := New(WithLogf(t.Logf), WithRelaxedTail(50*time.Millisecond))
@@ -57,7 +57,7 @@ func TestRelaxationCompletionEndsItsOwnShards(t *testing.T) {
 	assert.True(t, n.relaxing())
 }
 
-// Item 18: a connection opened to a node during its MIGRATING gets the same
+// A connection opened to a node during its MIGRATING gets the same
 // floor as the node's older connections.
 func TestNewConnectionOfARelaxedNodeIsRelaxed(t *testing.T) {
 	m := New(WithLogf(t.Logf), WithRelaxedTimeout(2*time.Second))
@@ -72,7 +72,7 @@ func TestNewConnectionOfARelaxedNodeIsRelaxed(t *testing.T) {
 	assert.Greater(t, time.Until(got), time.Second)
 }
 
-// Item 16: a deadline that has already passed is never re-applied to a
+// A deadline that has already passed is never re-applied to a
 // socket, and a MOVING never shortens a relaxed wait.
 func TestRefloorNeverRearmsNorShortens(t *testing.T) {
 	m := New(WithLogf(t.Logf), WithRelaxedTimeout(2*time.Second))
@@ -97,7 +97,7 @@ func TestRefloorNeverRearmsNorShortens(t *testing.T) {
 	assert.False(t, got.Before(relaxed), "a retire never shortens the wait: %v < %v", got, relaxed)
 }
 
-// Item 12: deadlines put on the socket carry a monotonic reading, even when
+// Deadlines put on the socket carry a monotonic reading, even when
 // the one go-redis asked for had only a wall-clock one.
 func TestDeadlinesAreMonotonic(t *testing.T) {
 	m := New(WithLogf(t.Logf), WithRelaxedTimeout(2*time.Second))

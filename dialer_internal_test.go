@@ -57,7 +57,7 @@ func TestSubscriberIsRecognisedByItsPushes(t *testing.T) {
 	assert.Zero(t, c.replies.Load(), "a push is not a reply")
 }
 
-// Item 11: MONITOR makes a connection a subscriber: retired, it is closed at
+// MONITOR makes a connection a subscriber: retired, it is closed at
 // once (it owes nothing; go-redis reconnects it).
 func TestMonitorIsASubscriber(t *testing.T) {
 	m := New(WithLogf(t.Logf))
@@ -72,7 +72,7 @@ func TestMonitorIsASubscriber(t *testing.T) {
 	assert.True(t, isMonitor([]byte("*1\r\n$7\r\nMONITOR\r\n")))
 }
 
-// Item 6: the health check's peek leaves the next read's deadline exactly
+// The health check's peek leaves the next read's deadline exactly
 // as go-redis set it.
 func TestPeekLeavesNoTrace(t *testing.T) {
 	for _, tc := range []struct {
@@ -99,7 +99,7 @@ func TestPeekLeavesNoTrace(t *testing.T) {
 	}
 }
 
-// Item 4: a new connection is judged against every node being retired. In
+// A new connection is judged against every node being retired. In
 // an A→B named move followed by a null move of B, a dial landing on A is
 // doomed, not a replacement for B.
 func TestDialJudgedAgainstEveryRetiringNode(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"github.com/maintkit/maint/mainttest"
 )
 
-// Item 1: any legal reply, any size. A reply of more than 1<<20 elements
+// Any legal reply, any size. A reply of more than 1<<20 elements
 // is framed like any other: the connection keeps removing notifications
 // after it, and the next MOVING on it is acted on by maint, never by
 // go-redis's built-in handler.

@@ -27,7 +27,7 @@ func scriptDial(remote string, scripts ...string) dialFunc {
 	}
 }
 
-// Review: once the endpoint has accepted an opt-in, a new connection must not
+// Once the endpoint has accepted an opt-in, a new connection must not
 // wait for the answer to a leader's opt-in that was never sent. go-redis dials
 // connections it does not use at once (MinIdleConns, a dial whose requester
 // got another connection first) and initialises them lazily: such a leader

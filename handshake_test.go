@@ -168,7 +168,7 @@ func (h *errorCounter) ReportResult(err error) {
 	}
 }
 
-// Item 2: the opt-in goes on the wire behind HELLO and its refusal never
+// The opt-in goes on the wire behind HELLO and its refusal never
 // reaches the application: not its hooks, not its Limiter, not its error
 // counts; one log line, one refusal remembered.
 func TestHandshakeRefusalNeverReachesTheApplication(t *testing.T) {
@@ -212,7 +212,7 @@ func TestHandshakeRefusalNeverReachesTheApplication(t *testing.T) {
 	assert.Equal(t, 1, st.Handshakes, "one handshake for the whole burst of first connections")
 }
 
-// Item 2: a refusal is not forever. An old proxy refuses, an upgraded one
+// A refusal is not forever. An old proxy refuses, an upgraded one
 // accepts: after the cooldown, the next new connection asks again and the
 // client is under maint.
 func TestHandshakeRefusalExpires(t *testing.T) {
@@ -240,7 +240,7 @@ func TestHandshakeRefusalExpires(t *testing.T) {
 	})
 }
 
-// Item 2: a refusal that does not mean "no support" (LOADING, no answer, a
+// A refusal that does not mean "no support" (LOADING, no answer, a
 // closed socket) is not remembered: the next connection asks again.
 func TestTransientRefusalIsNotRemembered(t *testing.T) {
 	for _, h := range []mainttest.Handshake{

@@ -84,7 +84,7 @@ func tcpPair(t *testing.T) (client, server net.Conn) {
 	return
 }
 
-// Regression: go-redis's checkForData (its client-side-caching drainer,
+// Go-redis's checkForData (its client-side-caching drainer,
 // MaybeHasData) must still see an invalidation waiting on an idle
 // connection; the health check takes only maintenance notifications off the
 // socket.
@@ -135,7 +135,7 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
-// Regression: a stale reply that arrived in two segments must fail the
+// A stale reply that arrived in two segments must fail the
 // pool's health check, as it does without maint, instead of being read as
 // the next command's reply.
 func TestHealthCheckFailsOnAPartialStaleReply(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"github.com/maintkit/maint"
 )
 
-// Item 13: Configure twice on the same options is idempotent: one dial
+// Configure twice on the same options is idempotent: one dial
 // path, one handshake per connection.
 func TestConfigureTwiceIsIdempotent(t *testing.T) {
 	e := newEnv(t)
@@ -64,7 +64,7 @@ func (hider) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPi
 	return next
 }
 
-// Item 13: a DialHook that hides maint's SyscallConn (so retired connections
+// A DialHook that hides maint's SyscallConn (so retired connections
 // can no longer be refused to the pool) is detected and said once.
 func TestHiddenHealthCheckIsSaidOnce(t *testing.T) {
 	e := newEnv(t)

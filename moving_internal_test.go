@@ -60,7 +60,7 @@ func TestAbsurdWindowIsCapped(t *testing.T) {
 	assert.Equal(t, 3*time.Second, r.h.Params().Window)
 }
 
-// Item 7: a negative MOVING window is malformed: counted, logged, ignored.
+// A negative MOVING window is malformed: counted, logged, ignored.
 func TestNegativeMovingWindowIsMalformed(t *testing.T) {
 	logs := &logSink{}
 	m := New(WithLogf(logs.logf))
@@ -101,7 +101,7 @@ func TestLaterMovingWins(t *testing.T) {
 	assert.Same(t, r, c.n.run.Load())
 }
 
-// Regression: onMoving and register took the Maint's and the node's locks in
+// OnMoving and register took the Maint's and the node's locks in
 // opposite orders; a MOVING handled while a connection to the same node
 // registered deadlocked the client.
 func TestMovingWhileConnectionsRegisterDoesNotDeadlock(t *testing.T) {
@@ -149,7 +149,7 @@ func TestMovingWhileConnectionsRegisterDoesNotDeadlock(t *testing.T) {
 	}
 }
 
-// Regression: a connection that registered just after the retire took its
+// A connection that registered just after the retire took its
 // snapshot stayed active, and the server closed it at the window's end.
 func TestConnectionJoiningARetiredNodeIsRetired(t *testing.T) {
 	m := New(WithLogf(t.Logf))
@@ -163,7 +163,7 @@ func TestConnectionJoiningARetiredNodeIsRetired(t *testing.T) {
 	assert.Equal(t, stateRetired, late.state.Load())
 }
 
-// Item 17: a connection that reached a node after its handoff ended, and
+// A connection that reached a node after its handoff ended, and
 // reads the MOVING replayed at its opt-in, is retired at once.
 func TestConnectionJoiningAMovedNodeIsRetired(t *testing.T) {
 	m := New(WithLogf(t.Logf), WithHoldBudget(-1))
@@ -178,7 +178,7 @@ func TestConnectionJoiningAMovedNodeIsRetired(t *testing.T) {
 	assert.ErrorIs(t, err, ErrRetired, "the pool will not hand it out")
 }
 
-// Item 4: two nodes holding at once; releasing one never releases the other.
+// Two nodes holding at once; releasing one never releases the other.
 func TestTwoHoldsAreIndependent(t *testing.T) {
 	m := New(WithLogf(t.Logf))
 	defer m.Close()
@@ -222,7 +222,7 @@ func TestHeldCommandHonoursItsContext(t *testing.T) {
 	assert.EqualValues(t, 1, m.Stats().HeldTimeouts)
 }
 
-// Review: a handoff whose hold budget runs out (DNS never moved) ends with
+// A handoff whose hold budget runs out (DNS never moved) ends with
 // the old connections fenced. One that owed a reply at the cap and at the end
 // stayed fenced for good: the pool kept handing out a connection to a node
 // past its window, and every deadline of it stayed floored to the relaxed
@@ -244,7 +244,7 @@ func TestConnectionFencedAtAnExpiredHoldDoesNotStayFenced(t *testing.T) {
 	assert.ErrorIs(t, err, ErrRetired, "the pool does not hand it out again once its reply came")
 }
 
-// Item 10: a black-holed DNS probe never moves the last call.
+// A black-holed DNS probe never moves the last call.
 func TestSlowProbeDoesNotDelayTheLastCall(t *testing.T) {
 	var mu sync.Mutex
 	var handoffAt, holdAt time.Time
@@ -279,7 +279,7 @@ func TestSlowProbeDoesNotDelayTheLastCall(t *testing.T) {
 	assert.Less(t, late, 400*time.Millisecond, "the last call came %v late", late)
 }
 
-// Regression: a replacement seen by a dial between the driver's Tick (which
+// A replacement seen by a dial between the driver's Tick (which
 // returned Retire|Hold) and its apply left the hold in force for good.
 func TestReplacementSeenAtTheLastCallReleasesTheHold(t *testing.T) {
 	m := New(WithLogf(t.Logf))
@@ -306,7 +306,7 @@ func TestReplacementSeenAtTheLastCallReleasesTheHold(t *testing.T) {
 	assert.Equal(t, stateRetired, c.state.Load(), "the fenced connection is refused once a replacement can be had")
 }
 
-// Item 10: while a replacement can be had (DNS names several nodes, one of
+// While a replacement can be had (DNS names several nodes, one of
 // them retiring), a dial that lands on the retiring node is redialled at
 // once instead of waiting a probe interval.
 func TestDoomedLandingWhileDrainingRedialsAtOnce(t *testing.T) {
@@ -392,7 +392,7 @@ func TestClosableAtTheCap(t *testing.T) {
 	}
 }
 
-// Review: closing a retired connection at the drain cap is decided on what it
+// Closing a retired connection at the drain cap is decided on what it
 // owes at that instant. A command written between that decision and the
 // socket's close (a caller that took a fenced connection from the pool, or
 // holds a retired one with Conn()) reaches the server, its reply is cut, and

@@ -16,7 +16,7 @@ import (
 	"github.com/maintkit/maint/mainttest"
 )
 
-// Item 19: maint never makes a write run twice. During a MIGRATING whose
+// Maint never makes a write run twice. During a MIGRATING whose
 // replies are slower than ReadTimeout, a MOVING of the same node retires
 // its connections with replies still owed past the drain cap: maint leaves
 // them open until the replies come. With go-redis's default retries (which
@@ -76,7 +76,7 @@ func servedRate(t *testing.T, rdb *redis.Client, workers int, d time.Duration) f
 	return float64(n.Load()) / time.Since(start).Seconds()
 }
 
-// Item 21: under open-loop load, the commands held while DNS lags the
+// Under open-loop load, the commands held while DNS lags the
 // window are all released at once onto a pool of 16, with go-redis's
 // default pool timeout: none fails.
 //

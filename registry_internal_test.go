@@ -14,7 +14,7 @@ import (
 	"github.com/maintkit/maint/internal/resp"
 )
 
-// Review: one Maint serving two clients (M14). A client whose pool is stable
+// One Maint serving two clients (M14). A client whose pool is stable
 // dials nothing for ten minutes while the other keeps dialling (and so
 // sweeping the registry): the idle-looking target of the first was forgotten
 // although its connections were alive. A MOVING read on one of them then
@@ -43,7 +43,7 @@ func TestTargetWithLiveConnectionsIsNotForgotten(t *testing.T) {
 	assert.Equal(t, []string{succ}, d.addrs, "the new connection goes to the successor the MOVING named")
 }
 
-// Item 5: 10 000 MOVINGs across 10 000 node addresses leave the registry and
+// 10 000 MOVINGs across 10 000 node addresses leave the registry and
 // the heap at the size of the live nodes.
 func TestMemoryStaysBoundedOverALongUptime(t *testing.T) {
 	if testing.Short() {

@@ -11,7 +11,7 @@ import (
 	"github.com/maintkit/maint/mainttest"
 )
 
-// Item 4: one Maint given to two clients works for both. Its state is
+// One Maint given to two clients works for both. Its state is
 // keyed by the address each client dials and by the node each connection
 // reached: a MOVING of one client's node retires that node's connections
 // only, and the other client's keep serving.

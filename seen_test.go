@@ -9,7 +9,7 @@ import (
 	"github.com/maintkit/maint/internal/resp"
 )
 
-// Review: sequence ids are per database. One Maint serving two clients of two
+// Sequence ids are per database. One Maint serving two clients of two
 // databases (M14) sees the same id from both; the second database's MOVING
 // is genuine and must be acted on, not taken for a copy of the first's.
 func TestSameSeqFromAnotherDatabaseIsActedOn(t *testing.T) {
@@ -25,7 +25,7 @@ func TestSameSeqFromAnotherDatabaseIsActedOn(t *testing.T) {
 	assert.EqualValues(t, 2, m.Stats().Handoffs)
 }
 
-// Regression: a late copy of an older MOVING (another connection read it
+// A late copy of an older MOVING (another connection read it
 // after the newer one was acted on) superseded the newer one.
 func TestLateCopyOfAnOlderMovingIsIgnored(t *testing.T) {
 	m := New(WithLogf(t.Logf))
@@ -42,7 +42,7 @@ func TestLateCopyOfAnOlderMovingIsIgnored(t *testing.T) {
 	assert.EqualValues(t, 1, m.Stats().Handoffs)
 }
 
-// Item 15: a late copy of an older MOVING changes nothing, whichever node
+// A late copy of an older MOVING changes nothing, whichever node
 // delivers it and whether or not a handoff is running there.
 func TestLateCopyFromAnotherNodeChangesNothing(t *testing.T) {
 	m := New(WithLogf(t.Logf), WithHoldBudget(-1))

@@ -42,7 +42,7 @@ func TestSuccessorPolicy(t *testing.T) {
 	assert.False(t, AllowNetworks("10.0.0.0/8")("redis.example:1"), "names are refused by an IP policy")
 }
 
-// Item 8: with no AllowSuccessor, a remote node may not send the client to a
+// With no AllowSuccessor, a remote node may not send the client to a
 // local address; a local node (a test, a tunnel) may.
 func TestSafeSuccessorsByDefault(t *testing.T) {
 	for _, tc := range []struct {
@@ -76,23 +76,33 @@ func TestSafeSuccessorsByDefault(t *testing.T) {
 	}
 }
 
-// Item 8: a successor host name that resolves to a local address, named by
+// A successor host name that resolves to a local address, named by
 // a remote node, is refused where the dial lands.
 func TestSuccessorNameLandingLocallyIsRefused(t *testing.T) {
+	successorLandingRefused(t, "192.0.2.10:6379", "127.0.0.9:6379")
+}
+
+// successorLandingRefused dials redis.test (landing at first), reads a MOVING
+// to the successor name next.example, then dials through the pin, which
+// lands at landed: that dial must be refused and the pin dropped. It
+// returns the refusal.
+func successorLandingRefused(t *testing.T, first, landed string) error {
+	t.Helper()
 	m := New(WithLogf(t.Logf))
 	defer m.Close()
-	d := &fakeDialer{remotes: []string{"192.0.2.10:6379"}}
+	d := &fakeDialer{remotes: []string{first}}
 	dial := m.dialVia(d.dial)
 	c, err := dial(context.Background(), "tcp", "redis.test:6379")
 	require.NoError(t, err)
 	c.(*conn).onNotification(resp.AppendMoving(nil, 1, 30, "next.example:6379", false))
 	require.NotNil(t, c.(*conn).t.pin.Load())
 	d.mu.Lock()
-	d.remotes = []string{"127.0.0.9:6379"}
+	d.remotes = []string{landed}
 	d.mu.Unlock()
 	_, err = dial(context.Background(), "tcp", "redis.test:6379")
 	require.ErrorIs(t, err, ErrSuccessorRejected)
 	assert.Nil(t, c.(*conn).t.pin.Load(), "the pin is dropped")
+	return err
 }
 
 // selfSigned returns a TLS server config with a certificate for name.
@@ -243,7 +253,7 @@ func TestSuccessorProvesTheNameGoRedisVerifies(t *testing.T) {
 	})
 }
 
-// Item 8: over TLS, connections whose TLS state is hidden make successors
+// Over TLS, connections whose TLS state is hidden make successors
 // unverifiable: maint does not pin to them, and says so once.
 func TestOpaqueTLSIsNotPinned(t *testing.T) {
 	logs := &logSink{}
@@ -317,21 +327,8 @@ func TestSuccessorMetadataEndpointsRefusedByDefault(t *testing.T) {
 func TestSuccessorNameLandingOnMetadataIsRefused(t *testing.T) {
 	for _, landed := range []string{"169.254.169.254:6379", "[fd00:ec2::254]:6379", "100.100.100.200:6379"} {
 		t.Run(landed, func(t *testing.T) {
-			m := New(WithLogf(t.Logf))
-			defer m.Close()
-			d := &fakeDialer{remotes: []string{"127.0.0.2:6379"}}
-			dial := m.dialVia(d.dial)
-			c, err := dial(context.Background(), "tcp", "redis.test:6379")
-			require.NoError(t, err)
-			c.(*conn).onNotification(resp.AppendMoving(nil, 1, 30, "next.example:6379", false))
-			require.NotNil(t, c.(*conn).t.pin.Load())
-			d.mu.Lock()
-			d.remotes = []string{landed}
-			d.mu.Unlock()
-			_, err = dial(context.Background(), "tcp", "redis.test:6379")
-			require.ErrorIs(t, err, ErrSuccessorRejected)
+			err := successorLandingRefused(t, "127.0.0.2:6379", landed)
 			assert.Contains(t, err.Error(), "metadata")
-			assert.Nil(t, c.(*conn).t.pin.Load(), "the pin is dropped")
 		})
 	}
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/maintkit/maint/mainttest"
 )
 
-// Regression: old -> new with a named successor; after the window DNS still
+// Old -> new with a named successor; after the window DNS still
 // names old (which still accepts), so the pin keeps new connections on new.
 // Then new itself gets a null-endpoint MOVING while DNS names old: the pin to
 // a node being retired is stale and must not send every dial back to it.
