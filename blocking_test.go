@@ -119,7 +119,7 @@ func TestBlockingCommandPastTheWindowIsRetriedByDefault(t *testing.T) {
 	}
 }
 
-// Issue 5, proof 6: a blocking command that fits in the drain cap completes;
+// A blocking command that fits in the drain cap completes;
 // one that does not is not cut at the cap (maint leaves it to the server's
 // close at the window's end), and the next command runs on the replacement.
 func TestBlockingCommandsAndTheDrainCap(t *testing.T) {

@@ -20,7 +20,7 @@ import (
 	"github.com/maintkit/maint/mainttest"
 )
 
-// Issue 9, the options route and Instrument: the Maint of a node client
+// The options route and Instrument: the Maint of a node client
 // that go-redis drops (its node left the slot map, and go-redis closes such
 // node clients after its reload) is closed and forgotten, so a cluster
 // whose nodes come and go keeps the group bounded; a node that is quiet but
@@ -96,7 +96,7 @@ func TestContractClusterNodeGC(t *testing.T) {
 		"the GC closes the node clients of older generations")
 }
 
-// Issue 9, the options route: every node client's Maint is in place before
+// The options route: every node client's Maint is in place before
 // its first dial, so the MinIdleConns connections go-redis dials for each
 // node as the client starts are watched (and opted in) like the others.
 func TestClusterOptionsRouteWatchesMinIdleConns(t *testing.T) {

@@ -85,7 +85,7 @@ func reshard(t *testing.T, maxRetries int, remove, options bool) {
 	}
 }
 
-// Issue 9: a reshard of a third of the slots under load fails no command
+// A reshard of a third of the slots under load fails no command
 // and runs no write twice, with go-redis's default retries and with none.
 func TestClusterReshardUnderLoad(t *testing.T) {
 	for _, mr := range []int{0, -1} {
@@ -94,7 +94,7 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 	}
 }
 
-// Issue 9: the reshard empties its source, which is then removed: maint
+// The reshard empties its source, which is then removed: maint
 // retires and closes its connections first, so the endpoint closes none.
 func TestClusterReshardRemovesSource(t *testing.T) {
 	for _, mr := range []int{0, -1} {

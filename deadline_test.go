@@ -55,7 +55,7 @@ func TestPoolTimeoutDuringRelaxationIsRetried(t *testing.T) {
 	assert.NotZero(t, m.Stats().PoolRetries, "some commands waited more than one pool timeout")
 }
 
-// Issue 5, proof 1: relaxation covers a slow server during MIGRATING; after
+// Relaxation covers a slow server during MIGRATING; after
 // MIGRATED and the tail, the configured timeout is back.
 func TestRelaxationDuringMigrating(t *testing.T) {
 	e := newEnv(t)
@@ -90,7 +90,7 @@ func TestRelaxationDuringMigrating(t *testing.T) {
 	assert.True(t, isTimeout(err), "after MIGRATED and the tail a 1.5s command must time out again: %v", err)
 }
 
-// Issue 5, proofs 2 and 3: relaxation is a floor. An infinite block stays
+// Relaxation is a floor. An infinite block stays
 // infinite, and a longer configured timeout is not shortened.
 func TestRelaxationIsAFloor(t *testing.T) {
 	e := newEnv(t)
@@ -131,7 +131,7 @@ func TestRelaxationIsAFloor(t *testing.T) {
 	})
 }
 
-// Issue 5, proof 4: relaxation on node A leaves node B's timeouts alone, even
+// Relaxation on node A leaves node B's timeouts alone, even
 // with one Maint for both.
 func TestRelaxationIsPerNode(t *testing.T) {
 	e := newEnv(t)
@@ -151,7 +151,7 @@ func TestRelaxationIsPerNode(t *testing.T) {
 	assert.True(t, isTimeout(err), "node B is not migrating: %v", err)
 }
 
-// Issue 5, proof 5: the server replays the latest MIGRATED to every newly
+// The server replays the latest MIGRATED to every newly
 // opted-in connection; the replay relaxes nothing.
 func TestReplayedCompletionDoesNotRelax(t *testing.T) {
 	e := newEnv(t)
@@ -173,7 +173,7 @@ func TestReplayedCompletionDoesNotRelax(t *testing.T) {
 	assert.Zero(t, m.Stats().Relaxations)
 }
 
-// Issue 5, proof 7: short timeouts, relaxation off, steady load, a MOVING
+// Short timeouts, relaxation off, steady load, a MOVING
 // whose DNS lags the window: held work is not failed by its own timeout.
 // The timeouts are short against the hold (the DNS lags the window by 1.5 s,
 // the timeouts are 600 ms) but not so short that a starved test machine fails

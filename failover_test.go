@@ -16,7 +16,7 @@ import (
 	"github.com/maintkit/maint/mainttest"
 )
 
-// The proofs of issue 10 for go-redis's FailoverClient through the emulated
+// The proofs for go-redis's FailoverClient through the emulated
 // Discovery Service: a MOVING of the master and a failover that changes it,
 // under load with verified writes (INCR, every acknowledgement counted) and
 // an open-loop SET load, with maint installed by the options route

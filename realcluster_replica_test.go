@@ -19,7 +19,7 @@ import (
 	"github.com/maintkit/maint/mainttest"
 )
 
-// Issue 14 item 7 on the real cluster tier: reads routed to replicas
+// On the real cluster tier: reads routed to replicas
 // (ReadOnly with RouteRandomly) of slots moving under them fail nothing,
 // with maint as without (a replica's nil for a key its master just
 // migrated is Redis's answer, counted apart). It needs a replica of MAINT_TEST_CLUSTER's first

@@ -82,7 +82,7 @@ func nullDNSAt40(e *env) mainttest.Moving {
 		DNSHost: host, DNSLag: 1200 * time.Millisecond}
 }
 
-// Scenarios 1, 2 and 7 of issue 3.
+// The MOVING scenarios end to end.
 func TestMovingUnderSteadyLoad(t *testing.T) {
 	for _, r := range routes {
 		t.Run(r.name+"/NamedSuccessor", func(t *testing.T) { steadyMoving(t, r, namedSuccessor) })

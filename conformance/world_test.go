@@ -714,12 +714,8 @@ type scenario struct {
 	// criterion about not doing worse than go-redis alone); "" means a
 	// control must fail somewhere, or maint's pass is an accident.
 	controlsMayPass string
-	// knownDefect names a defect of issue 16's item 3 being fixed
-	// elsewhere: a maint column failing it is skipped (reported as
-	// "FAIL (known: ...)"), so that the branch stays green until the merge.
-	knownDefect string
-	world       func(t *testing.T) *world
-	check       func(ctx context.Context, t *testing.T, w *world, col column) error
+	world           func(t *testing.T) *world
+	check           func(ctx context.Context, t *testing.T, w *world, col column) error
 }
 
 // run runs the scenario for each column: at once on the emulator (each
@@ -748,10 +744,6 @@ func (sc scenario) run(t *testing.T) {
 		case err == nil:
 		case !col.maint():
 			t.Logf("control %s fails: %v", col, err)
-		case sc.knownDefect != "":
-			cell = "FAIL (known: " + sc.knownDefect + ")"
-			record(sc.name, sc.criterion, sc.controlsMayPass, col, cell)
-			t.Skipf("KNOWN DEFECT (issue 16 item 3, still failing after the h16-fixes merge): %s: %v", sc.knownDefect, err)
 		default:
 			t.Errorf("%s: %v", sc.criterion, err)
 		}

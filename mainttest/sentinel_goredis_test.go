@@ -247,7 +247,7 @@ func TestGoRedisUniversalMasterNameMoving(t *testing.T) {
 	}
 }
 
-// TestGoRedisOnConnectHandshakeRefused is the trap of issue 10: an OnConnect
+// TestGoRedisOnConnectHandshakeRefused is the trap: an OnConnect
 // that sends CLIENT MAINT_NOTIFICATIONS runs on the sentinel connections
 // too, where the Discovery Service refuses it; the data node accepts it.
 func TestGoRedisOnConnectHandshakeRefused(t *testing.T) {
