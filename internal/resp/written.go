@@ -137,7 +137,15 @@ cmds:
 			}
 		}
 		// The name.
-		at, size := bulkAt(b, a)
+		at, size := 0, 0
+		if a >= 0 && a <= len(b)-8 {
+			if hdr, sz := shortBulk(binary.LittleEndian.Uint64(b[a : a+8])); hdr != 0 {
+				at, size = a+hdr, sz
+			}
+		}
+		if at == 0 {
+			at, size = longBulk(b, a)
+		}
 		e := at + size
 		if at == 0 || !crlfAt(b, e) {
 			break
