@@ -570,6 +570,13 @@ func (s *Stripper) scan(buf []byte, from int) int {
 // parser passes it.
 func (s *Stripper) wholeReplies(buf []byte) int {
 	i := 0
+	if s.dropIn == 0 && s.OnReply == nil {
+		// Nothing to do per reply but count it: a run of bulk strings
+		// (the replies to a pipeline of GETs) is framed in one loop.
+		var n int
+		i, n = bulkRun(buf)
+		s.replies += uint64(n)
+	}
 	for i < len(buf) && s.dropIn != 1 {
 		c := buf[i]
 		if c == '|' {
@@ -615,6 +622,41 @@ func (s *Stripper) wholeReplies(buf []byte) int {
 		}
 	}
 	return i
+}
+
+// bulkRun frames the run of whole bulk strings with lengths of one or two
+// digits (or null) at the start of b, and returns the offset after the
+// last of them and how many there are. After the first, one load reads the
+// CRLF that ends a payload and the next header (see replyLen).
+func bulkRun(b []byte) (end, n int) {
+	if len(b) < 8 {
+		return 0, 0
+	}
+	hdr, size := shortBulk(binary.LittleEndian.Uint64(b[:8]))
+	if hdr == 0 {
+		return 0, 0
+	}
+	c := hdr + size // the CRLF after the payload
+	for c >= 0 && c <= len(b)-2 && binary.LittleEndian.Uint16(b[c:c+2]) == crlf {
+		n++
+		end = c + 2
+		if c > len(b)-8 {
+			break
+		}
+		v := binary.LittleEndian.Uint64(b[c : c+8])
+		d1, d2 := byte(v>>24)-'0', byte(v>>32)-'0'
+		switch {
+		case v&0xffff00ffffff == 0x0a0d00240a0d && d1 <= 9: // "\r\n$d\r\n"
+			c += 6 + int(d1)
+		case v&0xffff0000ffffff == 0x0a0d0000240a0d && d1 <= 9 && d2 <= 9: // "\r\n$dd\r\n"
+			c += 7 + int(d1)*10 + int(d2)
+		case v&0xffffffffffffff == 0x0a0d312d240a0d: // "\r\n$-1\r\n"
+			c += 5
+		default:
+			return end, n
+		}
+	}
+	return end, n
 }
 
 // pushFrame returns the length of the whole push frame at the start of b
@@ -732,32 +774,44 @@ func replyLen(b []byte) int {
 			i += 2
 		}
 		// The elements: every one of an MGET's reply comes through here.
+		// c is the offset of the CRLF before the next element's header
+		// (the array's own, then the one after each payload): one load
+		// reads it and the header, when it is a null or has a length of
+		// one or two digits, and the payload is stepped over by length.
+		c := i - 2
 		for ; n > 0; n-- {
-			if i >= 0 && i <= len(b)-8 {
-				v := binary.LittleEndian.Uint64(b[i : i+8])
-				if hdr, size := shortBulk(v); hdr != 0 {
-					e := i + hdr + size
-					if e < 0 || e > len(b)-2 || binary.LittleEndian.Uint16(b[e:e+2]) != crlf {
-						return -1 // not complete in b, or no CRLF: the general parser decides
-					}
-					i = e + 2
+			if c >= 0 && c <= len(b)-8 {
+				v := binary.LittleEndian.Uint64(b[c : c+8])
+				d1, d2 := byte(v>>24)-'0', byte(v>>32)-'0'
+				if v&0xffff00ffffff == 0x0a0d00240a0d && d1 <= 9 { // "\r\n$d\r\n"
+					c += 6 + int(d1)
 					continue
 				}
-				if v&0xff_ffffffff == nullBulk {
-					i += 5
+				if v&0xffff0000ffffff == 0x0a0d0000240a0d && d1 <= 9 && d2 <= 9 { // "\r\n$dd\r\n"
+					c += 7 + int(d1)*10 + int(d2)
+					continue
+				}
+				if v&0xffffffffffffff == 0x0a0d312d240a0d { // "\r\n$-1\r\n"
+					c += 5
 					continue
 				}
 			}
-			e := blobEnd(b, i)
+			if !crlfAt(b, c) {
+				return -1 // not complete in b, or no CRLF: the general parser decides
+			}
+			e := blobEnd(b, c+2)
 			if e == -2 {
 				return frameLen(b) // an element of another kind
 			}
 			if e < 0 {
 				return -1
 			}
-			i = e
+			c = e - 2
 		}
-		return i
+		if !crlfAt(b, c) {
+			return -1
+		}
+		return c + 2
 	}
 	return frameLen(b)
 }

@@ -818,7 +818,7 @@ func BenchmarkStripperReplies(b *testing.B) {
 		{"pubsub10", bytes.Repeat(msg, 10), 0},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			s := &Stripper{Strip: stripMaint, OnReply: func() {}}
+			s := &Stripper{Strip: stripMaint} // no OnReply: maint counts by Replies
 			r := &onceReader{data: bc.in}
 			p := make([]byte, 32<<10)
 			b.ReportAllocs()

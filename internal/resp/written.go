@@ -154,33 +154,43 @@ cmds:
 		if uint(size-minClassified) <= maxClassified-minClassified {
 			kind = classify(b[at:e])
 		}
-		a = e + 2
 		blk := false
 		if kind == cmdXRead {
-			if a, blk = xArgs(b, a, args-1); a == 0 {
+			if a, blk = xArgs(b, e+2, args-1); a == 0 {
 				break
 			}
 		} else {
 			// The other arguments: every one of every command written
-			// comes through here.
+			// comes through here. e is the offset of the CRLF after the
+			// previous argument's payload: one load reads that CRLF and
+			// the next argument's header, when its length has one or two
+			// digits, and the payload is stepped over by that length.
 			for args--; args > 0; args-- {
-				var hdr, size int
-				if a >= 0 && a <= len(b)-8 {
-					hdr, size = shortBulk(binary.LittleEndian.Uint64(b[a : a+8]))
-				}
-				e := a + hdr + size
-				if hdr == 0 {
-					at, sz := longBulk(b, a)
-					if at == 0 {
-						break cmds
+				if e >= 0 && e <= len(b)-8 {
+					v := binary.LittleEndian.Uint64(b[e : e+8])
+					d1, d2 := byte(v>>24)-'0', byte(v>>32)-'0'
+					if v&0xffff00ffffff == 0x0a0d00240a0d && d1 <= 9 { // "\r\n$d\r\n"
+						e += 6 + int(d1)
+						continue
 					}
-					e = at + sz
+					if v&0xffff0000ffffff == 0x0a0d0000240a0d && d1 <= 9 && d2 <= 9 { // "\r\n$dd\r\n"
+						e += 7 + int(d1)*10 + int(d2)
+						continue
+					}
 				}
-				if e < 0 || e > len(b)-2 || binary.LittleEndian.Uint16(b[e:e+2]) != crlf {
+				if !crlfAt(b, e) {
 					break cmds
 				}
-				a = e + 2
+				at, size := longBulk(b, e+2)
+				if at == 0 {
+					break cmds
+				}
+				e = at + size
 			}
+			if !crlfAt(b, e) {
+				break
+			}
+			a = e + 2
 		}
 		last, multi = commandDone(kind, blk, multi)
 		n++
