@@ -780,22 +780,6 @@ func replyLen(b []byte) int {
 		// one or two digits, and the payload is stepped over by length.
 		c := i - 2
 		for ; n > 0; n-- {
-			// The tightest loop, for lengths of one digit, then one step
-			// of the general one.
-			for c >= 0 && c <= len(b)-8 {
-				v := binary.LittleEndian.Uint64(b[c : c+8])
-				d := byte(v>>24) - '0'
-				if v&0xffff00ffffff != 0x0a0d00240a0d || d > 9 {
-					break
-				}
-				c += 6 + int(d)
-				if n--; n == 0 {
-					break
-				}
-			}
-			if n == 0 {
-				break
-			}
 			if c >= 0 && c <= len(b)-8 {
 				v := binary.LittleEndian.Uint64(b[c : c+8])
 				d1, d2 := byte(v>>24)-'0', byte(v>>32)-'0'

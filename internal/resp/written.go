@@ -166,22 +166,6 @@ cmds:
 			// the next argument's header, when its length has one or two
 			// digits, and the payload is stepped over by that length.
 			for args--; args > 0; args-- {
-				// The tightest loop, for lengths of one digit (keys,
-				// small values), then one step of the general one.
-				for e >= 0 && e <= len(b)-8 {
-					v := binary.LittleEndian.Uint64(b[e : e+8])
-					d := byte(v>>24) - '0'
-					if v&0xffff00ffffff != 0x0a0d00240a0d || d > 9 {
-						break
-					}
-					e += 6 + int(d)
-					if args--; args == 0 {
-						break
-					}
-				}
-				if args == 0 {
-					break
-				}
 				if e >= 0 && e <= len(b)-8 {
 					v := binary.LittleEndian.Uint64(b[e : e+8])
 					d1, d2 := byte(v>>24)-'0', byte(v>>32)-'0'
