@@ -158,6 +158,11 @@ func FuzzStripper(f *testing.F) {
 		"*3\r\n%9223372036854775807\r\n:1\r\n",
 		"$0000000000000000003\r\nabc\r\n" + movingFrame,
 		strings.Repeat("*1\r\n", 70) + ":1\r\n" + movingFrame,
+		// Runs of bulk replies and arrays of bulk strings, the shapes
+		// framed a header load at a time.
+		"$1\r\na\r\n$12\r\nhello, world\r\n$-1\r\n$0\r\n\r\n$3\r\nabc\r\n" + movingFrame + "$1\r\nz\r\n",
+		"*4\r\n$1\r\na\r\n$-1\r\n$10\r\n0123456789\r\n$100\r\n" + strings.Repeat("x", 100) + "\r\n$2\r\nok\r\n",
+		"$2\r\nab\r\n$2\r\nab\n\r$1\r\nx\r\n",
 	} {
 		f.Add([]byte(in), []byte{3}, uint16(7), uint16(0), false)
 	}

@@ -2,6 +2,7 @@ package resp
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"math"
@@ -569,6 +570,13 @@ func (s *Stripper) scan(buf []byte, from int) int {
 // parser passes it.
 func (s *Stripper) wholeReplies(buf []byte) int {
 	i := 0
+	if s.dropIn == 0 && s.OnReply == nil {
+		// Nothing to do per reply but count it: a run of bulk strings
+		// (the replies to a pipeline of GETs) is framed in one loop.
+		var n int
+		i, n = bulkRun(buf)
+		s.replies += uint64(n)
+	}
 	for i < len(buf) && s.dropIn != 1 {
 		c := buf[i]
 		if c == '|' {
@@ -587,9 +595,22 @@ func (s *Stripper) wholeReplies(buf []byte) int {
 			i += n
 			continue
 		}
-		n := replyLen(buf[i:])
+		// A bulk string of a short length (a GET's reply, the replies of
+		// a pipeline of GETs) is stepped over here, the rest by replyLen.
+		n := -1
+		if i <= len(buf)-8 {
+			if hdr, size := shortBulk(binary.LittleEndian.Uint64(buf[i : i+8])); hdr != 0 {
+				e := i + hdr + size
+				if e > len(buf)-2 || binary.LittleEndian.Uint16(buf[e:e+2]) != crlf {
+					break // not complete in buf, or no CRLF: the general parser decides
+				}
+				n = e + 2 - i
+			}
+		}
 		if n < 0 {
-			break
+			if n = replyLen(buf[i:]); n < 0 {
+				break
+			}
 		}
 		i += n
 		if s.dropIn > 1 {
@@ -601,6 +622,41 @@ func (s *Stripper) wholeReplies(buf []byte) int {
 		}
 	}
 	return i
+}
+
+// bulkRun frames the run of whole bulk strings with lengths of one or two
+// digits (or null) at the start of b, and returns the offset after the
+// last of them and how many there are. After the first, one load reads the
+// CRLF that ends a payload and the next header (see replyLen).
+func bulkRun(b []byte) (end, n int) {
+	if len(b) < 8 {
+		return 0, 0
+	}
+	hdr, size := shortBulk(binary.LittleEndian.Uint64(b[:8]))
+	if hdr == 0 {
+		return 0, 0
+	}
+	c := hdr + size // the CRLF after the payload
+	for c >= 0 && c <= len(b)-2 && binary.LittleEndian.Uint16(b[c:c+2]) == crlf {
+		n++
+		end = c + 2
+		if c > len(b)-8 {
+			break
+		}
+		v := binary.LittleEndian.Uint64(b[c : c+8])
+		d1, d2 := byte(v>>24)-'0', byte(v>>32)-'0'
+		switch {
+		case v&0xffff00ffffff == 0x0a0d00240a0d && d1 <= 9: // "\r\n$d\r\n"
+			c += 6 + int(d1)
+		case v&0xffff0000ffffff == 0x0a0d0000240a0d && d1 <= 9 && d2 <= 9: // "\r\n$dd\r\n"
+			c += 7 + int(d1)*10 + int(d2)
+		case v&0xffffffffffffff == 0x0a0d312d240a0d: // "\r\n$-1\r\n"
+			c += 5
+		default:
+			return end, n
+		}
+	}
+	return end, n
 }
 
 // pushFrame returns the length of the whole push frame at the start of b
@@ -623,29 +679,34 @@ func pushFrame(b []byte) (n int, name []byte, ok bool) {
 		return pushFrameAny(b)
 	}
 	i += 2
-	nameAt := i
-	for k := 0; k < count; k++ {
-		e := blobEnd(b, i)
+	// The name: a bulk string, not null.
+	at, size := 0, 0
+	if i <= len(b)-8 {
+		if hdr, sz := shortBulk(binary.LittleEndian.Uint64(b[i : i+8])); hdr != 0 {
+			at, size = i+hdr, sz
+		}
+	}
+	if at == 0 {
+		return pushFrameAny(b) // a longer length, or not a bulk string
+	}
+	if size > maxNameLen {
+		return 0, nil, false
+	}
+	i = at + size
+	if i > len(b)-2 || binary.LittleEndian.Uint16(b[i:i+2]) != crlf {
+		return 0, nil, false
+	}
+	name = b[at:i]
+	i += 2
+	for k := 1; k < count; k++ {
+		e := bulkEnd(b, i)
 		if e == -2 {
 			return pushFrameAny(b)
 		}
 		if e < 0 {
 			return 0, nil, false
 		}
-		if k == 0 {
-			nameAt = i
-			name = b[i:e]
-		}
 		i = e
-	}
-	// name is the first element whole: "$<len>\r\n<name>\r\n".
-	start := nameAt + 4 // after "$", one digit and the CRLF
-	for b[start-1] != '\n' {
-		start++ // a length of more digits (blobEnd found its CRLF)
-	}
-	name = b[start : nameAt+len(name)-2]
-	if len(name) > maxNameLen {
-		return 0, nil, false
 	}
 	return i, name, true
 }
@@ -694,35 +755,88 @@ func replyLen(b []byte) int {
 	}
 	switch b[0] {
 	case '$':
-		if e := blobEnd(b, 0); e != -2 {
+		if e := bulkEnd(b, 0); e != -2 {
 			return e
 		}
 	case '*':
-		i, n := 1, 0
-		for ; i < len(b); i++ {
-			d := b[i] - '0'
-			if d > 9 {
+		n, i := int(b[1]-'0'), 4
+		if n > 9 || b[2] != '\r' || b[3] != '\n' {
+			for i, n = 1, 0; i < len(b); i++ {
+				d := b[i] - '0'
+				if d > 9 {
+					break
+				}
+				n = n*10 + int(d)
+			}
+			if i == 1 || i > 19 || len(b)-i < 2 || b[i] != '\r' || b[i+1] != '\n' || n > len(b) {
 				break
 			}
-			n = n*10 + int(d)
+			i += 2
 		}
-		if i == 1 || i > 19 || len(b)-i < 2 || b[i] != '\r' || b[i+1] != '\n' || n > len(b) {
-			break
-		}
-		i += 2
+		// The elements: every one of an MGET's reply comes through here.
+		// c is the offset of the CRLF before the next element's header
+		// (the array's own, then the one after each payload): one load
+		// reads it and the header, when it is a null or has a length of
+		// one or two digits, and the payload is stepped over by length.
+		c := i - 2
 		for ; n > 0; n-- {
-			e := blobEnd(b, i)
+			if c >= 0 && c <= len(b)-8 {
+				v := binary.LittleEndian.Uint64(b[c : c+8])
+				d1, d2 := byte(v>>24)-'0', byte(v>>32)-'0'
+				if v&0xffff00ffffff == 0x0a0d00240a0d && d1 <= 9 { // "\r\n$d\r\n"
+					c += 6 + int(d1)
+					continue
+				}
+				if v&0xffff0000ffffff == 0x0a0d0000240a0d && d1 <= 9 && d2 <= 9 { // "\r\n$dd\r\n"
+					c += 7 + int(d1)*10 + int(d2)
+					continue
+				}
+				if v&0xffffffffffffff == 0x0a0d312d240a0d { // "\r\n$-1\r\n"
+					c += 5
+					continue
+				}
+			}
+			if !crlfAt(b, c) {
+				return -1 // not complete in b, or no CRLF: the general parser decides
+			}
+			e := blobEnd(b, c+2)
 			if e == -2 {
 				return frameLen(b) // an element of another kind
 			}
 			if e < 0 {
 				return -1
 			}
-			i = e
+			c = e - 2
 		}
-		return i
+		if !crlfAt(b, c) {
+			return -1
+		}
+		return c + 2
 	}
 	return frameLen(b)
+}
+
+// nullBulk is "$-1\r\n" read as a little-endian uint64's five low bytes.
+const nullBulk = 0x0a_0d312d24
+
+// bulkEnd is blobEnd, with the common shapes read in one load: a length
+// of one or two digits (see shortBulk), and the null bulk string, which
+// it steps over (blobEnd leaves it to the general rules, which accept it).
+func bulkEnd(b []byte, i int) int {
+	if i >= 0 && i <= len(b)-8 {
+		v := binary.LittleEndian.Uint64(b[i : i+8])
+		if hdr, size := shortBulk(v); hdr != 0 {
+			e := i + hdr + size
+			if e < 0 || e > len(b)-2 || binary.LittleEndian.Uint16(b[e:e+2]) != crlf {
+				return -1
+			}
+			return e + 2
+		}
+		if v&0xff_ffffffff == nullBulk {
+			return i + 5
+		}
+	}
+	return blobEnd(b, i)
 }
 
 // blobEnd returns the offset after the bulk string at b[i], -1 if it is

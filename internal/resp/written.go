@@ -1,5 +1,7 @@
 package resp
 
+import "encoding/binary"
+
 // maxKeptName is the longest command name a Written keeps to recognise it.
 // Longer names are never blocking (the longest blocking name has 10 bytes).
 const maxKeptName = 16
@@ -79,11 +81,11 @@ type Written struct {
 func (w *Written) Feed(p []byte) int {
 	n, i := 0, 0
 	for i < len(p) && !w.lost {
-		if w.st == wsStart && p[i] == '*' {
-			if k := w.whole(p[i:]); k > 0 {
-				n++
-				i += k
-				continue
+		if w.st == wsStart {
+			k, j := w.wholes(p, i)
+			n, i = n+k, j
+			if i == len(p) {
+				break
 			}
 		}
 		var done bool
@@ -107,43 +109,140 @@ func (w *Written) LastBlocking() bool { return w.last }
 // number of replies owed as unknown.
 func (w *Written) Lost() bool { return w.lost }
 
-// whole reads one complete command of at least one argument at the start
-// of b (b[0] == '*') and returns its length. It returns 0 if b does not
-// start with such a command, complete and well formed; slow then reads the
-// same bytes and decides. It touches the header bytes of each argument and
-// the two bytes after its payload, and steps over the payload by length.
-func (w *Written) whole(b []byte) int {
-	// n == 0 also covers an empty count: slow decides.
-	n, i := lenField(b, 1)
-	if i == 0 || n == 0 || n > MaxAggregateLen {
-		return 0
-	}
-	kind := cmdOther
-	var x xwalk
-	for a := 0; a < n; a++ {
-		if i >= len(b) || b[i] != '$' {
-			return 0
+// wholes frames the complete commands of the common shape that start at
+// b[i], where the stream stands at a command's start, and returns how many
+// and the offset after the last of them. A command of the common shape is a
+// count of at least one argument, and arguments that are all bulk strings,
+// within the limits: the steps over every argument are a few instructions
+// (shortBulk reads its header in one load, crlfAt the CRLF after its
+// payload, which is stepped over by length and never read) and the
+// command's state stays in locals, stored once per call. It stops at the
+// first command that is not complete in b or not of that shape; slow reads
+// that one from its first byte and decides.
+func (w *Written) wholes(b []byte, i int) (n, next int) {
+	last, multi := w.last, w.multi
+cmds:
+	for i >= 0 && i <= len(b)-10 { // a complete command has ten bytes or more
+		// The count: one digit, or the general rules.
+		v := binary.LittleEndian.Uint64(b[i : i+8])
+		if byte(v) != '*' {
+			break
 		}
-		size, d := lenField(b, i+1)
-		if d == 0 || size > MaxBulkLen {
-			return 0
-		}
-		e := d + size
-		if e+1 >= len(b) || b[e] != '\r' || b[e+1] != '\n' {
-			return 0
-		}
-		if a == 0 {
-			if uint(size-minClassified) <= maxClassified-minClassified {
-				kind = classify(b[d:e])
-				x.on = kind == cmdXRead
+		args, a := int(byte(v>>8)-'0'), i+4
+		if args == 0 || args > 9 || uint16(v>>16) != crlf {
+			// n == 0 also covers an empty count: slow decides.
+			args, a = lenField(b, i+1)
+			if a == 0 || args == 0 || args > MaxAggregateLen {
+				break
 			}
-		} else if x.on {
-			x.step(b[d:e], int64(size))
 		}
-		i = e + 2
+		// The name.
+		at, size := 0, 0
+		if a >= 0 && a <= len(b)-8 {
+			if hdr, sz := shortBulk(binary.LittleEndian.Uint64(b[a : a+8])); hdr != 0 {
+				at, size = a+hdr, sz
+			}
+		}
+		if at == 0 {
+			at, size = longBulk(b, a)
+		}
+		e := at + size
+		if at == 0 || !crlfAt(b, e) {
+			break
+		}
+		kind := cmdOther
+		if uint(size-minClassified) <= maxClassified-minClassified {
+			kind = classify(b[at:e])
+		}
+		blk := false
+		if kind == cmdXRead {
+			if a, blk = xArgs(b, e+2, args-1); a == 0 {
+				break
+			}
+		} else {
+			// The other arguments: every one of every command written
+			// comes through here. e is the offset of the CRLF after the
+			// previous argument's payload: one load reads that CRLF and
+			// the next argument's header, when its length has one or two
+			// digits, and the payload is stepped over by that length.
+			for args--; args > 0; args-- {
+				if e >= 0 && e <= len(b)-8 {
+					v := binary.LittleEndian.Uint64(b[e : e+8])
+					d1, d2 := byte(v>>24)-'0', byte(v>>32)-'0'
+					if v&0xffff00ffffff == 0x0a0d00240a0d && d1 <= 9 { // "\r\n$d\r\n"
+						e += 6 + int(d1)
+						continue
+					}
+					if v&0xffff0000ffffff == 0x0a0d0000240a0d && d1 <= 9 && d2 <= 9 { // "\r\n$dd\r\n"
+						e += 7 + int(d1)*10 + int(d2)
+						continue
+					}
+				}
+				if !crlfAt(b, e) {
+					break cmds
+				}
+				at, size := longBulk(b, e+2)
+				if at == 0 {
+					break cmds
+				}
+				e = at + size
+			}
+			if !crlfAt(b, e) {
+				break
+			}
+			a = e + 2
+		}
+		last, multi = commandDone(kind, blk, multi)
+		n++
+		i = a
 	}
-	w.done(kind, x.blk)
-	return i
+	w.last, w.multi = last, multi
+	return n, i
+}
+
+// bulkAt reads the header of a bulk string argument at b[a:] and returns
+// the offset of its payload and its length, or at 0 if b[a:] does not
+// start with a whole header within the limits.
+func bulkAt(b []byte, a int) (at, size int) {
+	if a >= 0 && a <= len(b)-8 {
+		if hdr, size := shortBulk(binary.LittleEndian.Uint64(b[a : a+8])); hdr != 0 {
+			return a + hdr, size
+		}
+	}
+	return longBulk(b, a)
+}
+
+// longBulk is bulkAt by the general rules (lenField): for the lengths of
+// three digits and more, and the headers at the very end of b.
+func longBulk(b []byte, a int) (at, size int) {
+	if a >= len(b) || b[a] != '$' {
+		return 0, 0
+	}
+	size, at = lenField(b, a+1)
+	if size > MaxBulkLen {
+		return 0, 0
+	}
+	return at, size
+}
+
+// xArgs steps over the n arguments after the name of an XREAD or
+// XREADGROUP at b[a:], following its options, and returns the offset after
+// them and whether BLOCK is among the options; next is 0 if they are not
+// all whole bulk strings within the limits.
+func xArgs(b []byte, a, n int) (next int, blk bool) {
+	x := xwalk{on: true}
+	for ; n > 0; n-- {
+		at, size := bulkAt(b, a)
+		e := at + size
+		if at == 0 || !crlfAt(b, e) {
+			return 0, false
+		}
+		if x.on {
+			x.step(b[at:e], int64(size))
+		}
+		a = e + 2
+	}
+	return a, x.blk
 }
 
 // lenField reads a length or count at b[i:]: 1 to maxLenDigits digits and
@@ -306,18 +405,24 @@ func (w *Written) lose() (int, bool) {
 // done records a complete command of class kind; blk tells whether an
 // XREAD carried BLOCK.
 func (w *Written) done(kind uint8, blk bool) {
+	w.last, w.multi = commandDone(kind, blk, w.multi)
+}
+
+// commandDone returns, after a complete command of class kind (blk: an
+// XREAD carried BLOCK) sent while inMulti or not, whether it is blocking
+// and whether the connection is inside MULTI after it.
+func commandDone(kind uint8, blk, inMulti bool) (last, multi bool) {
 	switch kind {
 	case cmdBlocking:
-		w.last = !w.multi
+		return !inMulti, inMulti
 	case cmdXRead:
-		w.last = blk && !w.multi
+		return blk && !inMulti, inMulti
 	case cmdMulti:
-		w.multi, w.last = true, false
+		return false, true
 	case cmdEndMulti:
-		w.multi, w.last = false, false
-	default:
-		w.last = false
+		return false, false
 	}
+	return false, inMulti
 }
 
 // xOptionLen is the length of the XREAD and XREADGROUP option words that

@@ -671,8 +671,27 @@ func commandMix(size int) []byte {
 	return b
 }
 
+// pipeline100 is a pipeline of 100 GETs, as go-redis writes it.
+func pipeline100() []byte {
+	var b []byte
+	for i := range 100 {
+		b = append(b, cmd("get", fmt.Sprint("key:", i))...)
+	}
+	return b
+}
+
+// mget100 is an MGET of 100 keys.
+func mget100() []byte {
+	args := []string{"mget"}
+	for i := range 100 {
+		args = append(args, fmt.Sprint("key:", i))
+	}
+	return cmd(args...)
+}
+
 // BenchmarkWrittenFeed measures Feed per write, as go-redis writes
-// commands: one GET, one SET of 100 bytes, a pipeline of 10, a SET of 1 MB
+// commands: one GET, one SET of 100 bytes, pipelines of 10 and 100, an MGET
+// of 100 keys, a SET of 1 MB
 // (the same cost as 100 bytes: payloads are skipped by length), a GET cut
 // in two writes (the byte-wise path), and a stream of mixed commands in
 // 32 KiB writes (MB/s, to compare with BenchmarkStripperThroughput).
@@ -693,6 +712,8 @@ func BenchmarkWrittenFeed(b *testing.B) {
 		{"get", cmd("get", "key"), 1},
 		{"set100", cmd("set", "key", strings.Repeat("v", 100)), 1},
 		{"pipeline10", cmds(pipe...), 10},
+		{"pipeline100", pipeline100(), 100},
+		{"mget100", mget100(), 1},
 		{"set1MB", cmd("set", "key", strings.Repeat("v", 1<<20)), 1},
 		{"blpop", cmd("blpop", "queue", "0"), 1},
 		{"xreadBlock", cmd("xread", "count", "10", "block", "100", "streams", "s", "$"), 1},
