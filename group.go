@@ -571,6 +571,13 @@ func (g *Group) forget(mb *member) {
 		return
 	}
 	mb.gone = true
+	g.mu.Unlock()
+	// Closed first, then out of Maints(): once a Maint has left the group,
+	// the events its Close emits (the RelaxOffs that bring gauges back to
+	// 0) have reached the group's observers.
+	_ = mb.m.Close()
+	st := mb.m.Stats()
+	g.mu.Lock()
 	for i, x := range g.ms {
 		if x == mb {
 			g.ms = append(g.ms[:i:i], g.ms[i+1:]...)
@@ -580,10 +587,6 @@ func (g *Group) forget(mb *member) {
 	if mb.cli != nil && g.byCli[mb.cli] == mb {
 		delete(g.byCli, mb.cli)
 	}
-	g.mu.Unlock()
-	_ = mb.m.Close()
-	st := mb.m.Stats()
-	g.mu.Lock()
 	var cancels []func()
 	for _, cs := range g.obs.fs { // the observers' subscriptions to mb go with it
 		if c := cs[mb.m]; c != nil {
