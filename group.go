@@ -122,7 +122,7 @@ func (g *Group) add(m *Maint, cli *redis.Client, live *liveHook) bool {
 	}
 	g.mu.Unlock()
 	if cli != nil && live == nil {
-		g.startClientSweeper() // a client of its own: forgotten once closed
+		g.startClosedSweeper() // a client of its own: forgotten once closed
 	}
 	return true
 }
@@ -180,7 +180,7 @@ func (g *Group) nodeClient(prev func(*redis.Options) *redis.Client, cs *clusterS
 			cli.AddHook(live)
 		}
 		if cs != nil {
-			g.startClusterSweeper()
+			g.startClosedSweeper()
 		}
 		g.add(m, cli, live)
 		return cli
@@ -397,19 +397,15 @@ func (g *Group) startSweeper(hb, dial, read time.Duration) {
 	g.sweepLocked(hb)
 }
 
-// startClusterSweeper starts the sweeper for cluster node clients: their
-// Maints are forgotten once go-redis has closed them (see sweep).
-func (g *Group) startClusterSweeper() {
+// startClosedSweeper starts the sweeper for the clients whose Maints are
+// forgotten once they are closed (see sweep): cluster node clients, which
+// go-redis closes, and clients of their own (NewClient, NewFailoverClient,
+// Instrument on a *redis.Client), which the application closes.
+func (g *Group) startClosedSweeper() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.sweepLocked(min(5*time.Second, g.clusterGone/4))
 }
-
-// startClientSweeper starts the sweeper for clients of their own (NewClient,
-// NewFailoverClient, Instrument on a *redis.Client): their Maints are
-// forgotten once the application has closed them (see sweep). It sweeps
-// as often as for cluster node clients.
-func (g *Group) startClientSweeper() { g.startClusterSweeper() }
 
 // sweepLocked makes the sweeper run at least every period, starting it
 // unless it runs or the group is closed. g.mu is held.

@@ -252,15 +252,25 @@ func (m *Maint) Close() error {
 
 // goBackground runs f on a goroutine owned by m, unless m is closed.
 func (m *Maint) goBackground(f func()) bool {
+	if !m.enter() {
+		return false
+	}
+	go func() {
+		defer m.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// enter counts work about to run in m's wait group, unless m is closed:
+// Close waits for it (the caller calls m.wg.Done when it ends), and nothing
+// starts once Close has begun.
+func (m *Maint) enter() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
 		return false
 	}
 	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		f()
-	}()
 	return true
 }

@@ -65,7 +65,7 @@ func (g *Group) instrumentClient(c *redis.Client) {
 					c.AddHook(m)
 				}
 				g.bindClient(m, c)
-				g.startClientSweeper()
+				g.startClosedSweeper()
 				return
 			}
 		}
@@ -86,7 +86,7 @@ func (g *Group) instrumentClient(c *redis.Client) {
 	n := conns(c)
 	c.AddHook(hook)
 	g.fill(c, m, nil)
-	g.startClientSweeper()
+	g.startClosedSweeper()
 	g.unwatched(m, "Instrument", n, 1)
 }
 
@@ -177,7 +177,7 @@ func (g *Group) installNode(node *redis.Client, cs *clusterState, ring bool) (in
 		node.AddHook(live)
 	}
 	if cs != nil {
-		g.startClusterSweeper()
+		g.startClosedSweeper()
 	}
 	g.fill(node, m, live)
 	return n, true

@@ -53,13 +53,9 @@ func (m *Maint) checkRelax(n *node) {
 // delivered: no event reaches an observer after Close. Once Close has
 // begun, the timer's report is Close's own (endRelaxReports).
 func (m *Maint) checkRelaxOwned(n *node) {
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
+	if !m.enter() {
 		return
 	}
-	m.wg.Add(1)
-	m.mu.Unlock()
 	defer m.wg.Done()
 	m.checkRelax(n)
 }
