@@ -633,19 +633,7 @@ func TestClusterShardedPubSubAcrossSlotsIsLeftAlone(t *testing.T) {
 	defer ps.Close()
 	require.NoError(t, ps.SSubscribe(ctx, stays))
 	msgs := ps.Channel()
-	deliver := func(ch string) bool {
-		for end := time.Now().Add(2 * time.Second); time.Now().Before(end); {
-			_ = pub.SPublish(ctx, ch, "m").Err()
-			select {
-			case m := <-msgs:
-				if m.Channel == ch {
-					return true
-				}
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-		return false
-	}
+	deliver := func(ch string) bool { return spublishUntilSeen(ctx, pub, msgs, ch, 2*time.Second) }
 	require.True(t, deliver(moved))
 	require.True(t, deliver(stays))
 	require.NoError(t, cl.SetOwner(strconv.Itoa(mainttest.KeySlot(moved)), b))
@@ -696,26 +684,16 @@ func TestClusterShardedStaleSlotMapIsFollowed(t *testing.T) {
 	defer cc.Close()
 	pub := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 3})
 	defer pub.Close()
-	deliver := func(ps *redis.PubSub, msgs <-chan *redis.Message) bool {
-		for end := time.Now().Add(5 * time.Second); time.Now().Before(end); {
-			_ = pub.SPublish(ctx, x, "m").Err()
-			select {
-			case m := <-msgs:
-				if m.Channel == x {
-					return true
-				}
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-		return false
+	deliver := func(msgs <-chan *redis.Message) bool {
+		return spublishUntilSeen(ctx, pub, msgs, x, 5*time.Second)
 	}
 
 	ps1 := cc.SSubscribe(ctx, x)
 	defer ps1.Close()
 	msgs1 := ps1.Channel()
-	require.True(t, deliver(ps1, msgs1))
+	require.True(t, deliver(msgs1))
 	require.NoError(t, cl.SetOwner(strconv.Itoa(mainttest.KeySlot(x)), b))
-	require.True(t, deliver(ps1, msgs1), "the first PubSub did not follow the slot")
+	require.True(t, deliver(msgs1), "the first PubSub did not follow the slot")
 
 	// The map goes stale: go-redis sends the next SSUBSCRIBE of x to a.
 	stale.Store(true)
@@ -725,7 +703,23 @@ func TestClusterShardedStaleSlotMapIsFollowed(t *testing.T) {
 	defer ps2.Close()
 	msgs2 := ps2.Channel()
 	stale.Store(false) // maint's next reload reads the truth
-	assert.True(t, deliver(ps2, msgs2), "the PubSub that subscribed by a stale slot map stayed silent")
+	assert.True(t, deliver(msgs2), "the PubSub that subscribed by a stale slot map stayed silent")
 	followed, _, _, _ := maint.ShardStats(g, opt)
 	assert.Equal(t, uint64(2), followed)
+}
+
+// spublishUntilSeen publishes to ch every 50 ms until a message of ch
+// arrives on msgs, and reports whether one did within d.
+func spublishUntilSeen(ctx context.Context, pub *redis.ClusterClient, msgs <-chan *redis.Message, ch string, d time.Duration) bool {
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		_ = pub.SPublish(ctx, ch, "m").Err()
+		select {
+		case m := <-msgs:
+			if m.Channel == ch {
+				return true
+			}
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return false
 }
