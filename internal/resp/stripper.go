@@ -151,6 +151,9 @@ type Stripper struct {
 	// dropIn is 0, or 1 + the number of replies to complete before the
 	// reply DropReply asked to remove begins.
 	dropIn int
+	// untilDrop: ReadDrop is reading, and returns once the dropped reply
+	// is removed.
+	untilDrop bool
 
 	// The current top-level push (or dropped reply).
 	push     uint8
@@ -233,6 +236,9 @@ func (s *Stripper) Read(r io.Reader, p []byte) (int, error) {
 			err := s.err
 			s.err = nil
 			return 0, err
+		}
+		if s.untilDrop && !s.NextIsDropped() {
+			return 0, nil
 		}
 		if s.dead {
 			n, err := r.Read(p)
@@ -1140,6 +1146,27 @@ func (s *Stripper) DropReply(after int) {
 // reports false once that reply has begun.
 func (s *Stripper) DropPending() (after int, ok bool) {
 	return s.dropIn - 1, s.dropIn > 0
+}
+
+// NextIsDropped reports whether the reply DropReply asked to remove is the
+// next one, or is being removed: every reply before it is complete, and it
+// is not yet removed whole.
+func (s *Stripper) NextIsDropped() bool {
+	return !s.dead && (s.dropIn == 1 || s.push == pushDrop)
+}
+
+// ReadDrop reads like Read, but only while NextIsDropped: it returns as soon
+// as the dropped reply has been removed, with the output that came with it
+// (0 bytes and a nil error when there was none), and at once when
+// NextIsDropped is false. What the read brought behind the dropped reply is
+// parsed as Read parses it: pushes there are stripped and reported.
+func (s *Stripper) ReadDrop(r io.Reader, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	s.untilDrop = true
+	defer func() { s.untilDrop = false }()
+	return s.Read(r, p)
 }
 
 // TakeDropped records frame as the dropped reply, for a caller that takes

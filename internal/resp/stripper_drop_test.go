@@ -2,6 +2,7 @@ package resp
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -299,5 +300,64 @@ func TestStripperDropReplyDoesNotAllocate(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("%v allocations per stream", allocs)
+	}
+}
+
+// errNoMore ends a stepReader that a ReadDrop must not read past.
+var errNoMore = errors.New("read past the dropped reply")
+
+// ReadDrop reads until the dropped reply is removed, strips the pushes that
+// came with it, and returns without another read: after HELLO's reply, the
+// opt-in's +OK and a MOVING behind it, in any chunking, nothing is read
+// once +OK and what came with it are parsed, and the MOVING is reported.
+func TestReadDropReturnsOnceTheDroppedReplyIsRemoved(t *testing.T) {
+	in := helloReply + "+OK\r\n" + movingFrame
+	for i := 0; i <= len(in); i++ {
+		for j := i; j <= len(in); j++ {
+			s := &Stripper{}
+			var stripped []string
+			s.Strip = func([]byte) bool { return true }
+			s.OnStripped = func(f []byte) { stripped = append(stripped, string(f)) }
+			s.DropReply(1)
+			r := &stepReader{steps: []any{in[:i], in[i:j], in[j:], errNoMore}}
+			p := make([]byte, 4096)
+			var out []byte
+			for len(out) < len(helloReply) {
+				n, err := s.Read(r, p)
+				if err != nil {
+					t.Fatalf("split %d,%d: Read: %v", i, j, err)
+				}
+				out = append(out, p[:n]...)
+			}
+			for s.NextIsDropped() {
+				n, err := s.ReadDrop(r, p)
+				if err != nil {
+					t.Fatalf("split %d,%d: ReadDrop: %v", i, j, err)
+				}
+				out = append(out, p[:n]...)
+			}
+			if string(out) != helloReply {
+				t.Fatalf("split %d,%d: output %q, want HELLO's reply alone", i, j, out)
+			}
+			chunk := func(at int) int { // which read brings in[at]
+				switch {
+				case at < i:
+					return 0
+				case at < j:
+					return 1
+				}
+				return 2
+			}
+			okEnd := len(helloReply) + len("+OK\r\n")
+			if chunk(okEnd-1) != chunk(len(in)-1) {
+				continue // the MOVING comes in a later read, which the next Read makes
+			}
+			if len(stripped) != 1 {
+				t.Fatalf("split %d,%d: stripped %q, want the MOVING that came with +OK", i, j, stripped)
+			}
+			if n, err := s.ReadDrop(r, p); n != 0 || err != nil {
+				t.Fatalf("split %d,%d: ReadDrop after the drop: %d, %v; want 0, nil without a read", i, j, n, err)
+			}
+		}
 	}
 }
