@@ -2,6 +2,10 @@ package maint_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -197,4 +201,74 @@ func TestGoRedisOnConnectSharesHooks(t *testing.T) {
 	if !found {
 		t.Fatalf("the Limiter no longer receives the result of a command sent in OnConnect (results %v): a refused handshake there would no longer count as a failure", lim.results)
 	}
+}
+
+// failFirstRead is a connection the server closed before its first read:
+// every read and write fails with err.
+type failFirstRead struct {
+	net.Conn
+	err error
+}
+
+func (c *failFirstRead) Read([]byte) (int, error) {
+	_ = c.Conn.Close()
+	return 0, c.err
+}
+
+func (c *failFirstRead) Write(p []byte) (int, error) {
+	if _, err := c.Conn.Write(p); err != nil {
+		return 0, c.err
+	}
+	return len(p), nil
+}
+
+// TestGoRedisReturnsTheHandshakesErrorToTheCommand pins what maint's rerun
+// of a command whose connection the server closed during its handshake
+// relies on (dialer.go unusedErr): an error of a connection's handshake
+// (its HELLO reply's read) fails the command that needed the connection
+// with that error's chain intact, in the error returned and in what the
+// process hooks see, and the command is not written. go-redis unwraps the
+// error once (redis.go _getConn): maint's mark is the outer of two errors
+// joined by %w, which errors.Unwrap leaves whole.
+func TestGoRedisReturnsTheHandshakesErrorToTheCommand(t *testing.T) {
+	c := newContract(t)
+	mark := errors.New("marked")
+	opt := c.options()
+	opt.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		raw, err := c.emu.Dialer()(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &failFirstRead{Conn: raw, err: fmt.Errorf("%w (%w)", mark, io.EOF)}, nil
+	}
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	var hooked error
+	rdb.AddHook(hookFunc(func(next redis.ProcessHook) redis.ProcessHook {
+		return func(ctx context.Context, cmd redis.Cmder) error {
+			err := next(ctx, cmd)
+			if cmd.Name() == "set" {
+				hooked = err
+			}
+			return err
+		}
+	}))
+	err := rdb.Set(context.Background(), "k", "v", 0).Err()
+	if !errors.Is(err, mark) || !errors.Is(hooked, mark) {
+		t.Fatalf("the command's error %v (its hooks saw %v) no longer carries the handshake error's chain: a command maint would run again fails", err, hooked)
+	}
+	if got, _ := c.emu.Miniredis().Get("k"); got != "" {
+		t.Fatalf("the command was written: k=%q", got)
+	}
+}
+
+// hookFunc is a redis.Hook of one ProcessHook.
+type hookFunc func(next redis.ProcessHook) redis.ProcessHook
+
+func (h hookFunc) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h hookFunc) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return h(next) }
+
+func (h hookFunc) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }

@@ -345,7 +345,13 @@ type conn struct {
 	// handshake.go); written by the writer only, before and at that write.
 	inject  []byte
 	optedIn atomic.Bool // the server answered the opt-in with +OK
-	hsLead  *hsState    // the endpoint's opt-in others wait for is this one's (guarded by handshakes.mu)
+	// carried: the connection has carried a command of the application
+	// (anything but its handshake's); optInAt is the number of replies the
+	// Stripper had counted when the opt-in's reply was read, plus one (0:
+	// not opted in yet). See handshake.go, noteHandshakeWrite and replayed.
+	carried atomic.Bool
+	optInAt atomic.Uint64
+	hsLead  *hsState // the endpoint's opt-in others wait for is this one's (guarded by handshakes.mu)
 
 	closeOnce  sync.Once
 	closeErr   atomic.Pointer[error] // why the Maint closed it
@@ -436,9 +442,12 @@ func (c *conn) Read(p []byte) (int, error) {
 		return n, c.ioErr(err, nil)
 	}
 	n, err := c.rd.Read(c.raw, p)
+	if err == nil && c.rd.NextIsDropped() {
+		n, err = c.readOptInReply(p, n) // handshake.go
+	}
 	c.countReplies()
 	if err != nil {
-		return n, c.ioErr(err, &c.rdl)
+		return n, c.unusedErr(c.ioErr(err, &c.rdl))
 	}
 	return n, nil
 }
@@ -487,11 +496,20 @@ func (c *conn) Write(p []byte) (int, error) {
 	} else if c.wr.Lost() && !c.lost.Load() {
 		c.lost.Store(true)
 	}
+	first := false
+	if !c.carried.Load() {
+		first = c.noteHandshakeWrite(p) // handshake.go
+	}
 	// Counted, then the state read: a close at the drain cap either sees the
 	// command (and leaves the connection open) or is seen here, and the
 	// command stays off the wire (see closeIfClosable).
-	if s := c.state.Load(); s >= stateClosed && c.closedUnder() {
-		return 0, c.notWritten(c.ioErr(net.ErrClosed, nil))
+	if s := c.state.Load(); s != stateActive {
+		if s >= stateClosed && c.closedUnder() {
+			return 0, c.notWritten(c.ioErr(net.ErrClosed, nil))
+		}
+		if first && c.refusesFirstUse(s, k) {
+			return 0, c.notWritten(c.ioErr(net.ErrClosed, nil))
+		}
 	}
 	if !c.m.mis.checked() {
 		c.m.noteUnchecked(c)
@@ -501,11 +519,11 @@ func (c *conn) Write(p []byte) (int, error) {
 	}
 	if c.inject != nil {
 		n, err := c.writeFirst(p, k)
-		return n, c.ioErr(err, &c.wdl)
+		return n, c.unusedErr(c.ioErr(err, &c.wdl))
 	}
 	n, err := c.raw.Write(p)
 	if err != nil {
-		return n, c.ioErr(err, &c.wdl)
+		return n, c.unusedErr(c.ioErr(err, &c.wdl))
 	}
 	return n, nil
 }
@@ -581,6 +599,57 @@ func (c *conn) notWritten(err error) error {
 		return fmt.Errorf("%w (%w)", errNotWritten, err)
 	}
 	return err
+}
+
+// unusedErr marks err, the error of a read or write of a connection that
+// has carried no command of the application, as errNotWritten when it is
+// the server's close (the handshake cut by the close at a window's end, in
+// the instant before a replay could say the node is moving): the command
+// that needed the connection was never written, and the process hooks run
+// it again rather than fail it. Only where they can (the Maint is in the
+// client's hooks); go-redis's own retries see the cause through the wrap.
+func (c *conn) unusedErr(err error) error {
+	if err == nil || c.carried.Load() || !c.m.hooked.Load() || !peerClosed(err) {
+		return err
+	}
+	return fmt.Errorf("%w (%w)", errNotWritten, err)
+}
+
+// peerClosed reports whether err is the server's close of the connection.
+func peerClosed(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// refusesFirstUse closes a connection that a handoff retired (or fenced)
+// before it carried any command of the application, at the write of the
+// first one (k commands, counted already), if nothing else is owed: the
+// command stays off the wire and its error says so (errNotWritten), so the
+// process hooks run it again on another connection, which the dial path
+// routes as it routes every dial during a handoff. Such a connection learned
+// in its handshake that its node is moving (the server replays the MOVING
+// of an open window to every connection that opts in): its first command
+// would otherwise be written to a node whose window may end under it.
+func (c *conn) refusesFirstUse(s uint32, k int) bool {
+	if (s != stateRetired && s != stateFenced) || c.sub.Load() || !c.m.hooked.Load() {
+		return false
+	}
+	if owed := c.owed(); owed < 0 || owed > int64(k) {
+		return false
+	}
+	c.idleClosed.Store(true)
+	if !c.closeWith(ErrRetired) {
+		return true // closed meanwhile (go-redis, or the drain cap): not written either way
+	}
+	c.m.c.doomed.Add(1)
+	seq := int64(0)
+	if r := c.n.run.Load(); r != nil {
+		r.tally.doomed.Add(1)
+		seq = r.seq
+	}
+	c.m.emit(Event{Kind: EventDoomed, Node: c.n.key, Seq: seq,
+		Detail: "retired before its first command: the command goes to another connection"})
+	return true
 }
 
 // closable reports whether maint may close the connection: it owes nothing

@@ -323,6 +323,16 @@ func (d *deferredCloses) len() int {
 	return len(d.set)
 }
 
+// waitTurn makes a command run again (rerunNotWritten) wait for the holds
+// in force, as a new command does: its connection was refused because its
+// node is moving, and the hold is what keeps it off that node.
+func (m *Maint) waitTurn(ctx context.Context) error {
+	if m.ho.holding() {
+		return m.waitHolds(ctx)
+	}
+	return nil
+}
+
 // rerunNotWritten runs a command again (again) while its error says that
 // go-redis closed its connection at a failover before it was written
 // (notWrittenErr): bounded by ctx and maxNotWrittenReruns.

@@ -3,6 +3,7 @@ package maint
 import (
 	"bytes"
 	"context"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -289,9 +290,44 @@ func isHello3(p []byte) bool {
 	return strings.EqualFold(string(rest[:len(hello)]), hello)
 }
 
+// readOptInReply reads on after a read (n bytes of p) that completed the
+// replies written before the injected opt-in (go-redis's HELLO), until the
+// opt-in's reply has been read too: the server answers both at once, and
+// replays what is open on the node (a MOVING) right behind the opt-in's
+// reply. Read here, before go-redis writes its next command, a replayed
+// MOVING retires the connection before it carries one (refusesFirstUse).
+// Bounded by optInReplyWait: past it, the reply is read whenever it comes,
+// as before. It returns the bytes of p filled, and an error other than
+// the bound's timeout.
+func (c *conn) readOptInReply(p []byte, n int) (int, error) {
+	if n >= len(p) {
+		return n, nil
+	}
+	_ = c.raw.SetReadDeadline(time.Now().Add(optInReplyWait))
+	var err error
+	for n < len(p) && c.rd.NextIsDropped() {
+		var k int
+		k, err = c.rd.ReadDrop(c.raw, p[n:])
+		n += k
+		if err != nil {
+			break
+		}
+	}
+	c.restoreRead()
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		err = nil // the reply is read whenever it comes
+	}
+	return n, err
+}
+
+// optInReplyWait bounds how long the read of go-redis's HELLO reply waits
+// for the opt-in's reply behind it.
+const optInReplyWait = 100 * time.Millisecond
+
 // onHandshakeReply receives the reply to the injected opt-in, which the
 // Stripper took out of the stream.
 func (c *conn) onHandshakeReply(frame []byte) {
+	c.optInAt.Store(c.rd.Replies() + 1) // the dropped reply is not counted
 	if len(frame) == 0 {
 		c.m.hs.answered(c, false, false, "")
 		return
@@ -345,4 +381,106 @@ func (m *Maint) noteRefusal(c *conn, msg string) {
 	}
 	m.c.unsupported.Add(1)
 	m.emit(Event{Kind: EventUnsupported, Node: c.remote, Detail: msg})
+}
+
+// noteHandshakeWrite looks at a write of a connection that has carried no
+// command of the application yet, and reports whether it carries the
+// first one. The handshake's commands (HELLO, AUTH, SELECT, READONLY,
+// CLIENT ...) do not; go-redis's own opt-in (CLIENT MAINT_NOTIFICATIONS,
+// when go-redis opts in itself) is remembered, so that a MOVING right
+// behind its reply is known for a replay (replayed). It runs on the writer,
+// before the bytes leave, while the connection is new: the hot path pays
+// one load for it.
+func (c *conn) noteHandshakeWrite(p []byte) bool {
+	name, arg := leadingArgs(p)
+	switch {
+	case eqFold(name, "hello"), eqFold(name, "auth"), eqFold(name, "select"), eqFold(name, "readonly"):
+		return false
+	case eqFold(name, "client"):
+		if eqFold(arg, "maint_notifications") {
+			c.optInAt.Store(c.written.Load() + 1) // its reply is the written-th
+		}
+		return false
+	}
+	c.carried.Store(true)
+	return true
+}
+
+// replayed reports whether a notification read now on c comes right behind
+// the reply to c's opt-in, with no reply between: the server's replay of
+// what is open on the node (a MOVING's window with the whole seconds left),
+// or a notification sent just then, which c cannot tell apart. It is
+// called from the Stripper's callbacks, where its count is current.
+func (c *conn) replayed() bool {
+	at := c.optInAt.Load()
+	return at != 0 && c.rd.Replies()+1 == at
+}
+
+// leadingArgs returns the first two arguments (the name and the first
+// argument) of the command at the start of p, a RESP array of bulk
+// strings; nil for what is not there or not of that form.
+func leadingArgs(p []byte) (name, arg []byte) {
+	if len(p) < 4 || p[0] != '*' {
+		return nil, nil
+	}
+	i := bytes.Index(p, crlf)
+	if i < 0 {
+		return nil, nil
+	}
+	i += 2
+	for k := 0; k < 2; k++ {
+		if i >= len(p) || p[i] != '$' {
+			break
+		}
+		j := bytes.Index(p[i:], crlf)
+		if j < 0 {
+			break
+		}
+		size, ok := digits(p[i+1 : i+j])
+		start := i + j + 2
+		if !ok || start+size > len(p) {
+			break
+		}
+		if k == 0 {
+			name = p[start : start+size]
+		} else {
+			arg = p[start : start+size]
+		}
+		i = start + size + 2
+	}
+	return name, arg
+}
+
+var crlf = []byte("\r\n")
+
+// digits parses a length of one to nine decimal digits.
+func digits(b []byte) (int, bool) {
+	if len(b) == 0 || len(b) > 9 {
+		return 0, false
+	}
+	n := 0
+	for _, d := range b {
+		if d < '0' || d > '9' {
+			return 0, false
+		}
+		n = n*10 + int(d-'0')
+	}
+	return n, true
+}
+
+// eqFold reports whether b is s in any letter case (s is lower case).
+func eqFold(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := range len(b) {
+		x := b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if x != s[i] {
+			return false
+		}
+	}
+	return true
 }

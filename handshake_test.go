@@ -385,3 +385,22 @@ func TestRequiredHandshakeNeverReachesHooks(t *testing.T) {
 		}
 	}
 }
+
+// A server that closes a new connection during its handshake (at a
+// window's end, the instant before a replay could say the node is moving)
+// has been sent none of the application's commands on it: the command that
+// needed the connection runs on another and does not fail, with go-redis's
+// retries off. Once the application's command is written, an EOF is
+// go-redis's to handle as without maint (it may have run).
+func TestServerCloseInTheHandshakeFailsNoCommand(t *testing.T) {
+	for _, r := range routes[:2] {
+		t.Run(r.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.old.SetHandshake(mainttest.Handshake{Answer: mainttest.AnswerClose, Times: 1})
+			rdb, m, _ := e.client(r, e.options(2))
+			require.NoError(t, rdb.Set(context.Background(), "k", "v", 0).Err(), "the first command, after a handshake cut by the server")
+			assert.Equal(t, 2, e.old.Stats().Handshakes, "the cut handshake, then the one of the connection that served")
+			assert.NotZero(t, m.Stats().NotWrittenReruns, "the command ran again on another connection")
+		})
+	}
+}

@@ -108,7 +108,13 @@ func (m *Maint) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			err = m.poolRetry(ctx, func() error { return next(ctx, cmd) }, err)
 		}
 		if err != nil && m.notWrittenErr(err) {
-			err = m.rerunNotWritten(ctx, func() error { return next(ctx, cmd) }, err)
+			err = m.rerunNotWritten(ctx, func() error {
+				if err := m.waitTurn(ctx); err != nil {
+					cmd.SetErr(err)
+					return err
+				}
+				return next(ctx, cmd)
+			}, err)
 		}
 		if err != nil {
 			if cs := m.s.cluster; cs != nil {
@@ -145,6 +151,7 @@ func (m *Maint) poolRetry(ctx context.Context, again func() error, err error) er
 // ProcessPipelineHook is ProcessHook for pipelines and transactions: the
 // whole pipeline waits, so nothing is split across nodes.
 func (m *Maint) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	m.hooked.Store(true)
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if m.ho.holding() {
 			if err := m.waitHolds(ctx); err != nil {
@@ -161,6 +168,12 @@ func (m *Maint) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 		}
 		if err != nil && m.notWrittenErr(err) {
 			err = m.rerunNotWritten(ctx, func() error {
+				if err := m.waitTurn(ctx); err != nil {
+					for _, cmd := range cmds {
+						cmd.SetErr(err)
+					}
+					return err
+				}
 				clearErrs(cmds)
 				return m.txNotWritten(cmds, next(ctx, cmds))
 			}, m.txNotWritten(cmds, err))

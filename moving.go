@@ -178,6 +178,12 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 		return
 	}
 	window := time.Duration(nt.Time) * time.Second
+	if window > 0 && c.replayed() {
+		// Right behind the opt-in's reply: the server's replay of an open
+		// window, whose time left is whole seconds on the wire, rounded.
+		// The window may end up to a second sooner: it is taken to.
+		window -= time.Second
+	}
 	if window > m.s.maxWindow || nt.Time > int64(m.s.maxWindow/time.Second) {
 		m.badInput(c, nt.Seq, fmt.Sprintf("MOVING window of %ds capped to %v", nt.Time, m.s.maxWindow))
 		window = m.s.maxWindow

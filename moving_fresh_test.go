@@ -1,0 +1,78 @@
+package maint_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/maintkit/maint"
+	"github.com/maintkit/maint/mainttest"
+)
+
+// A client opened in the last moments of a MOVING's window, by a Maint that
+// has not heard of the MOVING, learns of it only from the replay behind
+// its first connection's opt-in, with the time left rounded up to a whole
+// second (time=1 with a few milliseconds left). Its first command must not
+// be written to that connection, which the server closes at the window's
+// end: the replay retires the connection before it carries a command, and
+// the command runs on another (the named successor, or, with a null
+// endpoint, the node DNS names once it moves, held until then). None fails.
+//
+// The old node delays SET by more than the time left, so that a SET
+// written there is cut by the window's close, every time: without maint's
+// handling every late client fails. Routes with maint's process hooks only:
+// Configure alone (a dialer, no hooks) can neither hold nor rerun a command.
+func TestFreshClientAtAWindowsEndFailsNothing(t *testing.T) {
+	for _, null := range []bool{false, true} {
+		t.Run(fmt.Sprintf("null=%v", null), func(t *testing.T) {
+			e := newEnv(t)
+			window := time.Second
+			e.old.SetCommandLatency("set", 200*time.Millisecond)
+			mv := mainttest.Moving{Window: window, To: e.new, Null: null}
+			if null {
+				mv.DNSHost, mv.DNSLag = host, window+50*time.Millisecond
+			}
+			start := time.Now()
+			e.old.Moving(mv)
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			var failed []string
+			replayed := 0
+			n := 0
+			for _, left := range []time.Duration{150, 110, 80, 50, 25} {
+				at := window - left*time.Millisecond
+				time.Sleep(time.Until(start.Add(at)))
+				for _, r := range routes[:2] {
+					n++
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						ev := &eventLog{}
+						m := maint.New(maint.WithLogf(t.Logf), maint.WithOnEvent(ev.add))
+						rdb := r.install(m, e.options(2))
+						defer func() { _ = rdb.Close(); _ = m.Close() }()
+						err := rdb.Set(context.Background(), fmt.Sprintf("fresh:%s:%v", r.name, at), 1, 0).Err()
+						_, saw := ev.first(maint.EventNotification)
+						mu.Lock()
+						defer mu.Unlock()
+						if saw {
+							replayed++
+						}
+						if err != nil {
+							failed = append(failed, fmt.Sprintf("%s opened %v before the end: %v\n%s", r.name, window-at, err, ev))
+						}
+					}()
+				}
+			}
+			wg.Wait()
+			assert.Empty(t, failed, "%d of %d fresh clients failed their first command", len(failed), n)
+			require.NotZero(t, replayed, "no client was told of the MOVING: the test tests nothing")
+			t.Logf("%d of %d clients were told of the MOVING by its replay", replayed, n)
+		})
+	}
+}
