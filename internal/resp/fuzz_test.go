@@ -217,6 +217,14 @@ func FuzzStripperDrop(f *testing.F) {
 		// the reference whatever the chunking.
 		drop := dropCall{read: int(read%6) + 1, after: int(after % 4)}
 		a, exactA := checkRun(t, in, stripRun{sizes: fuzzChunks(chunks), psize: int(psize)%600 + 1, max: int(maxStripped) % 256, drop: drop})
+		// Reading with ReadDrop while the dropped reply is next changes
+		// only when the reads are made, not what they return.
+		viaReadDrop := drop
+		viaReadDrop.viaReadDrop = true
+		c, _ := checkRun(t, in, stripRun{sizes: fuzzChunks(chunks), psize: int(psize)%600 + 1, max: int(maxStripped) % 256, drop: viaReadDrop})
+		if !bytes.Equal(a.out, c.out) || !reflect.DeepEqual(a.dropped, c.dropped) || !reflect.DeepEqual(a.stripped, c.stripped) {
+			t.Fatalf("ReadDrop changes the result:\n%+v\n%+v", a, c)
+		}
 		if drop.read == 1 {
 			// Called before the first Read, the drop does not depend on
 			// the chunking at all.

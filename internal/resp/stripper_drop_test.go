@@ -29,7 +29,7 @@ func TestStripperDropMatchesReference(t *testing.T) {
 		for _, sizes := range chunkings {
 			for _, psize := range []int{1, 5, 4096} {
 				for _, max := range []int{0, 8} {
-					for _, drop := range []dropCall{{1, 0}, {1, 1}, {1, 2}, {2, 0}, {3, 1}, {4, 0}} {
+					for _, drop := range []dropCall{{1, 0, false}, {1, 1, true}, {1, 2, false}, {2, 0, true}, {3, 1, false}, {4, 0, true}, {1, 0, true}, {2, 0, false}} {
 						checkRun(t, []byte(in), stripRun{sizes: sizes, psize: psize, max: max, eof: drop.read%2 == 0, drop: drop})
 					}
 				}

@@ -222,7 +222,12 @@ type stripResult struct {
 
 // dropCall asks runStripper to call DropReply(after) just before Read
 // number read (counting from 1); read 0 means never.
-type dropCall struct{ read, after int }
+type dropCall struct {
+	read, after int
+	// viaReadDrop: read with ReadDrop while NextIsDropped, as maint reads
+	// the opt-in's reply behind HELLO's.
+	viaReadDrop bool
+}
 
 // runStripper feeds in through a Stripper with the given chunking and Read
 // buffer size, and collects everything it reports.
@@ -268,8 +273,17 @@ func runStripperDrop(s *Stripper, r io.Reader, psize int, drop dropCall) (res st
 			s.DropReply(drop.after)
 			res.dropAt = r.(*chunkReader).consumed
 		}
-		n, err := s.Read(r, p)
-		if n == 0 && err == nil {
+		var n int
+		var err error
+		if drop.viaReadDrop && s.NextIsDropped() {
+			if n, err = s.ReadDrop(r, p); n == 0 && err == nil {
+				if s.NextIsDropped() {
+					res.err = errors.New("ReadDrop returned (0, nil) before the dropped reply was removed")
+					return res
+				}
+				continue
+			}
+		} else if n, err = s.Read(r, p); n == 0 && err == nil {
 			res.err = errors.New("Read returned (0, nil)")
 			return res
 		}
