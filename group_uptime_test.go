@@ -176,8 +176,11 @@ func TestGroupUptimeEveryKind(t *testing.T) {
 		if i%(uptimeRounds()/4) == 0 {
 			e.old.Moving(mainttest.Moving{Window: time.Second, To: e.new}) // whole seconds: the window on the wire is the window kept
 			// The rounds go on once the window is over: a client made in
-			// its last moments is the subject of the MOVING tests, not of
-			// this one (its first connection can meet the server's close).
+			// its last moments is TestFreshClientAtAWindowsEndFailsNothing's
+			// subject, not this one's; and one whose first connection opts
+			// in just after the replays stop meets the server's close
+			// without a word (docs/guarantees.md M15), which go-redis's
+			// retries, off here, would take.
 			e.waitEvent(e.old, mainttest.KindWindowEndClose, 10*time.Second)
 		}
 	}
