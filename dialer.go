@@ -623,15 +623,22 @@ func peerClosed(err error) bool {
 
 // refusesFirstUse closes a connection that a handoff retired (or fenced)
 // before it carried any command of the application, at the write of the
-// first one (k commands, counted already), if nothing else is owed: the
-// command stays off the wire and its error says so (errNotWritten), so the
-// process hooks run it again on another connection, which the dial path
-// routes as it routes every dial during a handoff. Such a connection learned
-// in its handshake that its node is moving (the server replays the MOVING
-// of an open window to every connection that opts in): its first command
-// would otherwise be written to a node whose window may end under it.
+// first one (k commands, counted already) past the handoff's last call, if
+// nothing else is owed: the command stays off the wire and its error says
+// so (errNotWritten), so the process hooks run it again on another
+// connection, which the dial path routes as it routes every dial during a
+// handoff. Such a connection learned in its handshake that its node is
+// moving (the server replays the MOVING of an open window to every
+// connection that opts in): past the last call its first command would be
+// written to a node whose window may end under it. Before the last call
+// the node serves it, as it serves the commands already on their way: a
+// transaction's WATCH on such a connection (which go-redis cannot move to
+// another) runs there.
 func (c *conn) refusesFirstUse(s uint32, k int) bool {
 	if (s != stateRetired && s != stateFenced) || c.sub.Load() || !c.m.hooked.Load() {
+		return false
+	}
+	if r := c.n.run.Load(); r != nil && time.Now().Before(r.h.LastCall()) {
 		return false
 	}
 	if owed := c.owed(); owed < 0 || owed > int64(k) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -73,6 +74,36 @@ func TestFreshClientAtAWindowsEndFailsNothing(t *testing.T) {
 			assert.Empty(t, failed, "%d of %d fresh clients failed their first command", len(failed), n)
 			require.NotZero(t, replayed, "no client was told of the MOVING: the test tests nothing")
 			t.Logf("%d of %d clients were told of the MOVING by its replay", replayed, n)
+		})
+	}
+}
+
+// Before the last call, a new client's first connection, retired by the
+// MOVING replayed in its handshake, still serves what it was dialled for,
+// as the old node serves every command already on its way: a transaction's
+// WATCH, which go-redis cannot move to another connection, runs there, and
+// so does the transaction.
+func TestFreshClientBeforeTheLastCallRunsItsTransaction(t *testing.T) {
+	for _, r := range routes[:2] {
+		t.Run(r.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.old.Moving(mainttest.Moving{Window: 4 * time.Second, To: e.new})
+			rdb, _, ev := e.client(r, e.options(2))
+			ctx := context.Background()
+			err := rdb.Watch(ctx, func(tx *redis.Tx) error {
+				if err := tx.Get(ctx, "w").Err(); err != nil && err != redis.Nil {
+					return err
+				}
+				_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+					p.Set(ctx, "w", "1", 0)
+					return nil
+				})
+				return err
+			}, "w")
+			require.NoError(t, err, "events:\n%s", ev)
+			_, replayed := ev.first(maint.EventNotification)
+			assert.True(t, replayed, "the connection was told of the MOVING")
+			assert.NoError(t, rdb.Set(ctx, "after", 1, 0).Err())
 		})
 	}
 }
