@@ -496,9 +496,9 @@ func (c *conn) Write(p []byte) (int, error) {
 	} else if c.wr.Lost() && !c.lost.Load() {
 		c.lost.Store(true)
 	}
-	first := false
+	movable := false
 	if !c.carried.Load() {
-		first = c.noteHandshakeWrite(p) // handshake.go
+		movable = c.noteHandshakeWrite(p) // handshake.go
 	}
 	// Counted, then the state read: a close at the drain cap either sees the
 	// command (and leaves the connection open) or is seen here, and the
@@ -507,7 +507,7 @@ func (c *conn) Write(p []byte) (int, error) {
 		if s >= stateClosed && c.closedUnder() {
 			return 0, c.notWritten(c.ioErr(net.ErrClosed, nil))
 		}
-		if first && c.refusesFirstUse(s, k) {
+		if movable && c.refusesFirstUse(s, k) {
 			return 0, c.notWritten(c.ioErr(net.ErrClosed, nil))
 		}
 	}
@@ -623,17 +623,15 @@ func peerClosed(err error) bool {
 
 // refusesFirstUse closes a connection that a handoff retired (or fenced)
 // before it carried any command of the application, at the write of the
-// first one (k commands, counted already) past the handoff's last call, if
-// nothing else is owed: the command stays off the wire and its error says
+// first one (k commands, counted already; not a WATCH, see
+// noteHandshakeWrite) past the handoff's last call, if nothing else is owed: the command stays off the wire and its error says
 // so (errNotWritten), so the process hooks run it again on another
 // connection, which the dial path routes as it routes every dial during a
 // handoff. Such a connection learned in its handshake that its node is
 // moving (the server replays the MOVING of an open window to every
 // connection that opts in): past the last call its first command would be
 // written to a node whose window may end under it. Before the last call
-// the node serves it, as it serves the commands already on their way: a
-// transaction's WATCH on such a connection (which go-redis cannot move to
-// another) runs there.
+// the node serves it, as it serves the commands already on their way.
 func (c *conn) refusesFirstUse(s uint32, k int) bool {
 	if (s != stateRetired && s != stateFenced) || c.sub.Load() || !c.m.hooked.Load() {
 		return false

@@ -385,13 +385,16 @@ func (m *Maint) noteRefusal(c *conn, msg string) {
 
 // noteHandshakeWrite looks at a write of a connection that has carried no
 // command of the application yet, and reports whether it carries the
-// first one. The handshake's commands (HELLO, AUTH, SELECT, READONLY,
-// CLIENT ...) do not; go-redis's own opt-in (CLIENT MAINT_NOTIFICATIONS,
-// when go-redis opts in itself) is remembered, so that a MOVING right
-// behind its reply is known for a replay (replayed). It runs on the writer,
-// before the bytes leave, while the connection is new: the hot path pays
-// one load for it.
-func (c *conn) noteHandshakeWrite(p []byte) bool {
+// first one, and one that may run on another connection instead
+// (refusesFirstUse). The handshake's commands (HELLO, AUTH, SELECT,
+// READONLY, CLIENT ...) do not; go-redis's own opt-in (CLIENT
+// MAINT_NOTIFICATIONS, when go-redis opts in itself) is remembered, so that
+// a MOVING right behind its reply is known for a replay (replayed). A
+// WATCH is the application's, but starts a transaction on a connection
+// go-redis does not change (the Tx's own): it is not to be moved. It runs
+// on the writer, before the bytes leave, while the connection is new: the
+// hot path pays one load for it.
+func (c *conn) noteHandshakeWrite(p []byte) (movable bool) {
 	name, arg := leadingArgs(p)
 	switch {
 	case eqFold(name, "hello"), eqFold(name, "auth"), eqFold(name, "select"), eqFold(name, "readonly"):
@@ -403,7 +406,7 @@ func (c *conn) noteHandshakeWrite(p []byte) bool {
 		return false
 	}
 	c.carried.Store(true)
-	return true
+	return !eqFold(name, "watch")
 }
 
 // replayed reports whether a notification read now on c comes right behind

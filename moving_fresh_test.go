@@ -78,32 +78,53 @@ func TestFreshClientAtAWindowsEndFailsNothing(t *testing.T) {
 	}
 }
 
-// Before the last call, a new client's first connection, retired by the
-// MOVING replayed in its handshake, still serves what it was dialled for,
-// as the old node serves every command already on its way: a transaction's
-// WATCH, which go-redis cannot move to another connection, runs there, and
-// so does the transaction.
-func TestFreshClientBeforeTheLastCallRunsItsTransaction(t *testing.T) {
+// A new client's first connection, retired by the MOVING replayed in its
+// handshake, still serves a transaction started on it: go-redis cannot
+// move a WATCH to another connection (the Tx's own), so maint does not
+// refuse it, before the handoff's last call or past it (a replay of
+// time=1, 0.8 s before the window's real end), and the transaction runs
+// on the old node, which still serves. Before the last call the node also
+// serves the first command of any kind (a dedicated connection's, which
+// go-redis cannot move either), as it serves those already on their way;
+// past it a plain command goes to the successor.
+func TestFreshClientRunsItsTransactionOnTheConnectionItHas(t *testing.T) {
 	for _, r := range routes[:2] {
-		t.Run(r.name, func(t *testing.T) {
-			e := newEnv(t)
-			e.old.Moving(mainttest.Moving{Window: 4 * time.Second, To: e.new})
-			rdb, _, ev := e.client(r, e.options(2))
-			ctx := context.Background()
-			err := rdb.Watch(ctx, func(tx *redis.Tx) error {
-				if err := tx.Get(ctx, "w").Err(); err != nil && err != redis.Nil {
+		for _, tc := range []struct {
+			name          string
+			window, after time.Duration
+		}{{"before_last_call", 4 * time.Second, 0}, {"past_last_call", 2 * time.Second, 1200 * time.Millisecond}} {
+			t.Run(r.name+"/"+tc.name, func(t *testing.T) {
+				e := newEnv(t)
+				start := time.Now()
+				e.old.Moving(mainttest.Moving{Window: tc.window, To: e.new})
+				time.Sleep(time.Until(start.Add(tc.after)))
+				rdb, _, ev := e.client(r, e.options(2))
+				ctx := context.Background()
+				err := rdb.Watch(ctx, func(tx *redis.Tx) error {
+					if err := tx.Get(ctx, "w").Err(); err != nil && err != redis.Nil {
+						return err
+					}
+					_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+						p.Set(ctx, "w", "1", 0)
+						return nil
+					})
 					return err
+				}, "w")
+				require.NoError(t, err, "events:\n%s", ev)
+				require.Less(t, time.Since(start), tc.window, "the transaction ended before the window did: the test tests what it says")
+				_, replayed := ev.first(maint.EventNotification)
+				assert.True(t, replayed, "the connection was told of the MOVING")
+				assert.NoError(t, rdb.Set(ctx, "after", 1, 0).Err())
+				if tc.after == 0 {
+					// Before the last call a dedicated connection's first
+					// command (rdb.Conn: go-redis cannot move it either)
+					// runs on the old node too.
+					rdb2, _, ev2 := e.client(r, e.options(2))
+					cn := rdb2.Conn()
+					defer cn.Close()
+					require.NoError(t, cn.Set(ctx, "conn", 1, 0).Err(), "events:\n%s", ev2)
 				}
-				_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-					p.Set(ctx, "w", "1", 0)
-					return nil
-				})
-				return err
-			}, "w")
-			require.NoError(t, err, "events:\n%s", ev)
-			_, replayed := ev.first(maint.EventNotification)
-			assert.True(t, replayed, "the connection was told of the MOVING")
-			assert.NoError(t, rdb.Set(ctx, "after", 1, 0).Err())
-		})
+			})
+		}
 	}
 }
