@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"reflect"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -162,29 +163,42 @@ func (g *Group) nodeClient(prev func(*redis.Options) *redis.Client, cs *clusterS
 	if prev == nil {
 		prev = redis.NewClient
 	}
-	return func(opt *redis.Options) *redis.Client {
-		m := g.newMaint()
-		m.s.cluster = cs
-		if cs != nil && cs.seedsOptIn {
-			m.s.optIn = nil // optin.go
-		}
-		m.Configure(opt)
-		cli := prev(opt)
-		cli.AddHook(m)
-		if cs != nil {
-			cs.join(cli, m)
-		}
-		var live *liveHook
-		if ring || cs != nil {
-			live = &liveHook{}
-			cli.AddHook(live)
-		}
-		if cs != nil {
-			g.startClosedSweeper()
-		}
-		g.add(m, cli, live)
-		return cli
+	nm := &nodeMaker{g: g, prev: prev, cs: cs, ring: ring}
+	return nm.newClient
+}
+
+// nodeMaker is what a Group's per-node constructor (nodeClient) needs.
+type nodeMaker struct {
+	g    *Group
+	prev func(*redis.Options) *redis.Client
+	cs   *clusterState
+	ring bool
+}
+
+// newClient creates one node client, with its own Maint.
+func (nm *nodeMaker) newClient(opt *redis.Options) *redis.Client {
+	g, cs := nm.g, nm.cs
+	m := g.newMaint()
+	m.s.cluster = cs
+	if cs != nil && cs.seedsOptIn {
+		m.s.optIn = nil // optin.go
 	}
+	m.Configure(opt)
+	cli := nm.prev(opt)
+	cli.AddHook(m)
+	if cs != nil {
+		cs.join(cli, m)
+	}
+	var live *liveHook
+	if nm.ring || cs != nil {
+		live = &liveHook{}
+		cli.AddHook(live)
+	}
+	if cs != nil {
+		g.startClosedSweeper()
+	}
+	g.add(m, cli, live)
+	return cli
 }
 
 // ConfigureCluster prepares ClusterOptions for a new *redis.ClusterClient:
@@ -209,6 +223,19 @@ func (g *Group) configureCluster(opt *redis.ClusterOptions) *clusterState {
 	opt.NewClient = g.nodeClient(opt.NewClient, cs, false)
 	return cs
 }
+
+// madeByGroup reports whether newClient is a Group's per-node
+// constructor (nodeClient): options copied from ones a Group configured,
+// as go-redis copies a Ring's (Ring.Options returns the copy), carry it.
+// Wrapping it again would give each node a second Maint that serves
+// nothing.
+func madeByGroup(newClient func(*redis.Options) *redis.Client) bool {
+	return newClient != nil && reflect.ValueOf(newClient).Pointer() == nodeClientCode
+}
+
+// nodeClientCode is the code pointer of every nodeMaker.newClient method
+// value (one wrapper function for the method, wherever it is taken).
+var nodeClientCode = reflect.ValueOf((&nodeMaker{}).newClient).Pointer()
 
 // NewClusterClient is ConfigureCluster and redis.NewClusterClient in one
 // call.
@@ -248,6 +275,11 @@ func bindCluster(cs *clusterState, cc *redis.ClusterClient) {
 // added later by SetAddrs too. The Maints of shards the Ring closes are
 // closed and forgotten. Configuring the same options again is a no-op.
 func (g *Group) ConfigureRing(opt *redis.RingOptions) {
+	if madeByGroup(opt.NewClient) {
+		// The options of a Ring a Group made (Ring.Options(), go-redis's
+		// copy of them): its shards are served already.
+		return
+	}
 	if !claimKind(g, opt) {
 		return
 	}

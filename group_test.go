@@ -156,6 +156,24 @@ func TestRingSetAddrsKeepsGroupBounded(t *testing.T) {
 	}
 }
 
+// ConfigureRing on the options of a Ring the Group made (Ring.Options:
+// go-redis's copy, carrying the Group's per-node constructor) changes
+// nothing: a shard added afterwards gets one Maint, not a second that
+// would serve nothing, and no misuse is reported.
+func TestConfigureRingOnTheRingsOwnOptionsAddsNoMaint(t *testing.T) {
+	e := newEnv(t)
+	logs := &logLines{}
+	g := maint.NewGroup(maint.WithLogf(logs.logf))
+	defer g.Close()
+	rng := g.NewRing(ringOptions(map[string]string{"a": e.old.Addr()}))
+	defer rng.Close()
+	g.ConfigureRing(rng.Options())
+	rng.SetAddrs(map[string]string{"a": e.old.Addr(), "b": e.new.Addr()})
+	useRingConns(t, rng, 2)
+	assert.Len(t, g.Maints(), 2, "one Maint per shard")
+	assert.Zero(t, logs.count("already configured"), "no misuse said")
+}
+
 // Instrument on an existing Ring: a shard down when it ran gets a Maint
 // once it is up again, and what was dialled before is said once.
 func TestInstrumentRingShardDownGetsMaintOnReturn(t *testing.T) {
