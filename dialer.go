@@ -349,9 +349,11 @@ type conn struct {
 	// (anything but its handshake's); optInAt is the number of replies the
 	// Stripper had counted when the opt-in's reply was read, plus one (0:
 	// not opted in yet). See handshake.go, noteHandshakeWrite and replayed.
-	carried atomic.Bool
-	optInAt atomic.Uint64
-	hsLead  *hsState // the endpoint's opt-in others wait for is this one's (guarded by handshakes.mu)
+	carried   atomic.Bool
+	told      atomic.Bool // it read a MOVING of its node itself (onMoving)
+	optInAt   atomic.Uint64
+	optInTime atomic.Int64 // mono: when the opt-in was written or its reply read
+	hsLead    *hsState     // the endpoint's opt-in others wait for is this one's (guarded by handshakes.mu)
 
 	closeOnce  sync.Once
 	closeErr   atomic.Pointer[error] // why the Maint closed it
@@ -507,9 +509,9 @@ func (c *conn) Write(p []byte) (int, error) {
 		if s >= stateClosed && c.closedUnder() {
 			return 0, c.notWritten(c.ioErr(net.ErrClosed, nil))
 		}
-		if movable && c.refusesFirstUse(s, k) {
-			return 0, c.notWritten(c.ioErr(net.ErrClosed, nil))
-		}
+	}
+	if movable && c.refusesFirstUse(k) {
+		return 0, c.notWritten(c.ioErr(net.ErrClosed, nil))
 	}
 	if !c.m.mis.checked() {
 		c.m.noteUnchecked(c)
@@ -612,8 +614,14 @@ func (c *conn) unusedErr(err error) error {
 	if err == nil || c.carried.Load() || !c.m.hooked.Load() || !peerClosed(err) {
 		return err
 	}
-	return fmt.Errorf("%w (%w)", errNotWritten, err)
+	return fmt.Errorf("%w (%w)", errHandshakeCut, err)
 }
+
+// errHandshakeCut is errNotWritten for a connection the server closed in
+// its handshake. The command is run again once at most (rerunNotWritten):
+// a server that closes every new connection (maxclients, a refusing
+// proxy) must not cost a burst of dials per command.
+var errHandshakeCut = fmt.Errorf("%w: the server closed the connection in its handshake", errNotWritten)
 
 // peerClosed reports whether err is the server's close of the connection.
 func peerClosed(err error) bool {
@@ -621,22 +629,37 @@ func peerClosed(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
-// refusesFirstUse closes a connection that a handoff retired (or fenced)
-// before it carried any command of the application, at the write of the
-// first one (k commands, counted already; not a WATCH, see
-// noteHandshakeWrite) past the handoff's last call, if nothing else is owed: the command stays off the wire and its error says
-// so (errNotWritten), so the process hooks run it again on another
-// connection, which the dial path routes as it routes every dial during a
-// handoff. Such a connection learned in its handshake that its node is
-// moving (the server replays the MOVING of an open window to every
-// connection that opts in): past the last call its first command would be
-// written to a node whose window may end under it. Before the last call
-// the node serves it, as it serves the commands already on their way.
-func (c *conn) refusesFirstUse(s uint32, k int) bool {
-	if (s != stateRetired && s != stateFenced) || c.sub.Load() || !c.m.hooked.Load() {
+// refusesFirstUse closes a connection that a handoff retired (or fenced),
+// or that read a MOVING of its node itself, before it carried any command
+// of the application, at the write of the first one (k commands, counted
+// already; one a rerun can move, see noteHandshakeWrite) past the
+// handoff's last call, if nothing else is owed: the command stays off the
+// wire and its error says so (errNotWritten), so the process hooks run it
+// again on another connection, which the dial path routes as it routes
+// every dial during a handoff. Such a connection learned in its handshake
+// that its node is moving (the server replays the MOVING of an open window
+// to every connection that opts in): past the last call its first command
+// would be written to a node whose window may end under it. Before the
+// last call the node serves it, as it serves the commands already on
+// their way. One the handoff has not retired yet (its driver acts on the
+// last call a moment later) but that read the MOVING is on the moving node
+// all the same. With no handoff running on the node (a FAILED_OVER's
+// retirement, a handoff over) nothing is refused.
+func (c *conn) refusesFirstUse(k int) bool {
+	if c.sub.Load() || !c.m.hooked.Load() {
 		return false
 	}
-	if r := c.n.run.Load(); r != nil && time.Now().Before(r.h.LastCall()) {
+	switch c.state.Load() {
+	case stateRetired, stateFenced:
+	case stateActive:
+		if !c.told.Load() {
+			return false
+		}
+	default:
+		return false
+	}
+	r := c.n.run.Load()
+	if r == nil || time.Now().Before(r.h.LastCall()) {
 		return false
 	}
 	if owed := c.owed(); owed < 0 || owed > int64(k) {

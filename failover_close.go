@@ -337,9 +337,29 @@ func (m *Maint) waitTurn(ctx context.Context) error {
 // go-redis closed its connection at a failover before it was written
 // (notWrittenErr): bounded by ctx and maxNotWrittenReruns.
 func (m *Maint) rerunNotWritten(ctx context.Context, again func() error, err error) error {
+	cuts := 0
 	for i := 0; i < maxNotWrittenReruns && m.notWrittenErr(err) && ctx.Err() == nil; i++ {
+		if errors.Is(err, errHandshakeCut) {
+			if cuts++; cuts > 1 {
+				break // the server closes new connections: once is enough
+			}
+		}
 		m.c.notWrittenReruns.Add(1)
 		err = again()
 	}
 	return err
+}
+
+// handshakeOnly reports whether cmds are all commands of a connection's
+// handshake (isHandshakeCommand). Cut with their connection in its
+// handshake (errHandshakeCut), they are go-redis's own, which it sends on
+// the connection being opened (initConn shares the client's hooks), or the
+// application's, written already: neither is run again.
+func handshakeOnly(cmds ...redis.Cmder) bool {
+	for _, cmd := range cmds {
+		if !isHandshakeCommand([]byte(cmd.Name())) {
+			return false
+		}
+	}
+	return len(cmds) > 0
 }

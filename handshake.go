@@ -296,14 +296,18 @@ func isHello3(p []byte) bool {
 // replays what is open on the node (a MOVING) right behind the opt-in's
 // reply. Read here, before go-redis writes its next command, a replayed
 // MOVING retires the connection before it carries one (refusesFirstUse).
-// Bounded by optInReplyWait: past it, the reply is read whenever it comes,
-// as before. It returns the bytes of p filled, and an error other than
+// Bounded by optInReplyWait, or go-redis's read deadline if sooner: past
+// it, the reply is read whenever it comes, as before. It returns the bytes of p filled, and an error other than
 // the bound's timeout.
 func (c *conn) readOptInReply(p []byte, n int) (int, error) {
 	if n >= len(p) {
 		return n, nil
 	}
-	_ = c.raw.SetReadDeadline(time.Now().Add(optInReplyWait))
+	bound := time.Now().Add(optInReplyWait)
+	if asked := c.rdl.socket(); asked != 0 && fromMono(asked).Before(bound) {
+		bound = fromMono(asked) // go-redis's own deadline is sooner
+	}
+	_ = c.raw.SetReadDeadline(bound)
 	var err error
 	for n < len(p) && c.rd.NextIsDropped() {
 		var k int
@@ -327,6 +331,7 @@ const optInReplyWait = 100 * time.Millisecond
 // onHandshakeReply receives the reply to the injected opt-in, which the
 // Stripper took out of the stream.
 func (c *conn) onHandshakeReply(frame []byte) {
+	c.optInTime.Store(monoNow())
 	c.optInAt.Store(c.rd.Replies() + 1) // the dropped reply is not counted
 	if len(frame) == 0 {
 		c.m.hs.answered(c, false, false, "")
@@ -386,27 +391,74 @@ func (m *Maint) noteRefusal(c *conn, msg string) {
 // noteHandshakeWrite looks at a write of a connection that has carried no
 // command of the application yet, and reports whether it carries the
 // first one, and one that may run on another connection instead
-// (refusesFirstUse). The handshake's commands (HELLO, AUTH, SELECT,
-// READONLY, CLIENT ...) do not; go-redis's own opt-in (CLIENT
-// MAINT_NOTIFICATIONS, when go-redis opts in itself) is remembered, so that
-// a MOVING right behind its reply is known for a replay (replayed). A
-// WATCH is the application's, but starts a transaction on a connection
-// go-redis does not change (the Tx's own): it is not to be moved. It runs
-// on the writer, before the bytes leave, while the connection is new: the
-// hot path pays one load for it.
+// (refusesFirstUse). A write of the handshake's commands only (HELLO,
+// AUTH, SELECT, READONLY, CLIENT ...: isHandshakeCommand) does not; go-redis's
+// own opt-in among them (CLIENT MAINT_NOTIFICATIONS, when go-redis opts in
+// itself) is remembered, so that a MOVING right behind its reply is known
+// for a replay (replayed). Any other command in the write makes it the
+// application's. It is not to be moved when it starts what go-redis keeps
+// on its connection: a WATCH (the Tx's own connection) or a subscription or
+// MONITOR (the PubSub's, which the process hooks do not see). It runs on
+// the writer, before the bytes leave, while the connection is new: the hot
+// path pays one load for it.
 func (c *conn) noteHandshakeWrite(p []byte) (movable bool) {
-	name, arg := leadingArgs(p)
-	switch {
-	case eqFold(name, "hello"), eqFold(name, "auth"), eqFold(name, "select"), eqFold(name, "readonly"):
-		return false
-	case eqFold(name, "client"):
-		if eqFold(arg, "maint_notifications") {
+	first := true
+	for i := 0; ; first = false {
+		name, arg, next := commandAt(p, i)
+		if name == nil {
+			if first {
+				break // not a command go-redis writes: the application's
+			}
+			return false // the handshake's commands, all of them
+		}
+		if !isHandshakeCommand(name) {
+			c.carried.Store(true)
+			return !named(name, "watch") && !isSubscribing(name)
+		}
+		if named(name, "client") && named(arg, "maint_notifications") {
+			c.optInTime.Store(monoNow())
 			c.optInAt.Store(c.written.Load() + 1) // its reply is the written-th
 		}
-		return false
+		if next >= len(p) {
+			return false
+		}
+		i = next
 	}
 	c.carried.Store(true)
-	return !eqFold(name, "watch")
+	return true
+}
+
+// named reports whether b is lower (lower case) in any letter case.
+func named(b []byte, lower string) bool { return len(b) == len(lower) && eqFoldASCII(b, lower) }
+
+// isHandshakeCommand reports whether name is one of the commands go-redis
+// opens a connection with (redis.go initConn), which an application may
+// also send itself: never a command maint moves or runs again.
+func isHandshakeCommand(name []byte) bool {
+	switch len(name) {
+	case 4:
+		return eqFoldASCII(name, "auth")
+	case 5:
+		return eqFoldASCII(name, "hello")
+	case 6:
+		return eqFoldASCII(name, "select") || eqFoldASCII(name, "client")
+	case 8:
+		return eqFoldASCII(name, "readonly")
+	}
+	return false
+}
+
+// isSubscribing reports whether name makes a connection a subscriber.
+func isSubscribing(name []byte) bool {
+	switch len(name) {
+	case 7:
+		return eqFoldASCII(name, "monitor")
+	case 9:
+		return eqFoldASCII(name, "subscribe")
+	case 10:
+		return eqFoldASCII(name, "psubscribe") || eqFoldASCII(name, "ssubscribe")
+	}
+	return false
 }
 
 // replayed reports whether a notification read now on c comes right behind
@@ -416,42 +468,53 @@ func (c *conn) noteHandshakeWrite(p []byte) (movable bool) {
 // called from the Stripper's callbacks, where its count is current.
 func (c *conn) replayed() bool {
 	at := c.optInAt.Load()
-	return at != 0 && c.rd.Replies()+1 == at
+	return at != 0 && c.rd.Replies()+1 == at && monoNow()-c.optInTime.Load() < int64(replayWithin)
 }
 
-// leadingArgs returns the first two arguments (the name and the first
-// argument) of the command at the start of p, a RESP array of bulk
-// strings; nil for what is not there or not of that form.
-func leadingArgs(p []byte) (name, arg []byte) {
-	if len(p) < 4 || p[0] != '*' {
-		return nil, nil
+// replayWithin bounds how long after its opt-in a connection's first
+// notification counts as a replay: servers replay milliseconds after the
+// opt-in's reply.
+const replayWithin = time.Second
+
+// commandAt returns the first two arguments (the name and the first
+// argument) of the command at p[i:], a RESP array of bulk strings, and the
+// offset after it; a nil name for what is not a whole command of that form
+// (arg is nil when the command has no argument).
+func commandAt(p []byte, i int) (name, arg []byte, next int) {
+	if i+4 > len(p) || p[i] != '*' {
+		return nil, nil, 0
 	}
-	i := bytes.Index(p, crlf)
-	if i < 0 {
-		return nil, nil
+	j := bytes.Index(p[i:], crlf)
+	if j < 0 {
+		return nil, nil, 0
 	}
-	i += 2
-	for k := 0; k < 2; k++ {
+	n, ok := digits(p[i+1 : i+j])
+	if !ok || n < 1 {
+		return nil, nil, 0
+	}
+	i += j + 2
+	for k := 0; k < n; k++ {
 		if i >= len(p) || p[i] != '$' {
-			break
+			return nil, nil, 0
 		}
 		j := bytes.Index(p[i:], crlf)
 		if j < 0 {
-			break
+			return nil, nil, 0
 		}
 		size, ok := digits(p[i+1 : i+j])
 		start := i + j + 2
-		if !ok || start+size > len(p) {
-			break
+		if !ok || start+size+2 > len(p) {
+			return nil, nil, 0
 		}
-		if k == 0 {
+		switch k {
+		case 0:
 			name = p[start : start+size]
-		} else {
+		case 1:
 			arg = p[start : start+size]
 		}
 		i = start + size + 2
 	}
-	return name, arg
+	return name, arg, i
 }
 
 var crlf = []byte("\r\n")
@@ -469,21 +532,4 @@ func digits(b []byte) (int, bool) {
 		n = n*10 + int(d-'0')
 	}
 	return n, true
-}
-
-// eqFold reports whether b is s in any letter case (s is lower case).
-func eqFold(b []byte, s string) bool {
-	if len(b) != len(s) {
-		return false
-	}
-	for i := range len(b) {
-		x := b[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if x != s[i] {
-			return false
-		}
-	}
-	return true
 }

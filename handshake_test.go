@@ -1,7 +1,9 @@
 package maint_test
 
 import (
+	"bufio"
 	"context"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/maintkit/maint"
+	"github.com/maintkit/maint/internal/resp"
 	"github.com/maintkit/maint/mainttest"
 )
 
@@ -401,6 +404,174 @@ func TestServerCloseInTheHandshakeFailsNoCommand(t *testing.T) {
 			require.NoError(t, rdb.Set(context.Background(), "k", "v", 0).Err(), "the first command, after a handshake cut by the server")
 			assert.Equal(t, 2, e.old.Stats().Handshakes, "the cut handshake, then the one of the connection that served")
 			assert.NotZero(t, m.Stats().NotWrittenReruns, "the command ran again on another connection")
+		})
+	}
+}
+
+// lateOptInServer answers HELLO at once and the opt-in behind it after
+// delay, with the MOVING of an open window replayed behind the +OK
+// (time=1, successor to), then records what else it is sent, answering
+// nothing: a node whose window ends under whatever is written to it now.
+type lateOptInServer struct {
+	ln    net.Listener
+	after atomic.Int64 // bytes written to it after the handshake
+}
+
+func newLateOptInServer(t *testing.T, delay time.Duration, to string) *lateOptInServer {
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	require.NoError(t, err)
+	s := &lateOptInServer{ln: ln}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go s.serve(c, delay, to)
+		}
+	}()
+	return s
+}
+
+func (s *lateOptInServer) serve(c net.Conn, delay time.Duration, to string) {
+	defer c.Close()
+	var in []byte
+	buf := make([]byte, 4096)
+	for !strings.Contains(strings.ToLower(string(in)), "maint_notifications") || !strings.HasSuffix(string(in), "\r\n") {
+		n, err := c.Read(buf)
+		if err != nil {
+			return
+		}
+		in = append(in, buf[:n]...)
+	}
+	if _, err := c.Write([]byte("%1\r\n$5\r\nproto\r\n:3\r\n")); err != nil {
+		return
+	}
+	time.Sleep(delay)
+	if _, err := c.Write(resp.AppendMoving([]byte("+OK\r\n"), 1, 1, to, false)); err != nil {
+		return
+	}
+	for {
+		n, err := c.Read(buf)
+		s.after.Add(int64(n))
+		if err != nil {
+			return
+		}
+	}
+}
+
+// On the options route the read of HELLO's reply returns only with the
+// opt-in's reply behind it, even when the server sends that reply (and the
+// MOVING it replays) later than HELLO's: the application's first command,
+// go-redis's next write once HELLO is answered (DisableIdentity: no CLIENT
+// SETINFO between), is not written to a node whose window is ending; it
+// runs on the named successor.
+func TestHelloReplyWaitsForTheOptInReply(t *testing.T) {
+	e := newEnv(t)
+	old := newLateOptInServer(t, 30*time.Millisecond, e.new.Addr())
+	opt := e.options(1)
+	opt.Addr, opt.Dialer, opt.DisableIdentity = old.ln.Addr().String(), nil, true
+	rdb, _, ev := e.client(routes[1], opt)
+	require.NoError(t, rdb.Set(context.Background(), "k", "v", 0).Err(), "events:\n%s", ev)
+	assert.Zero(t, old.after.Load(), "bytes written to the old node after its handshake")
+	got, err := e.emu.Miniredis().Get("k")
+	require.NoError(t, err)
+	assert.Equal(t, "v", got, "the command ran on the successor")
+}
+
+// miniServer answers HELLO with a RESP3 map and every other command with
+// +OK, except that it runs an INCR (counting it) and closes the connection
+// before answering it. It returns its address.
+func miniServer(t *testing.T, incrs *atomic.Int64) string {
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					args, err := readCommand(br)
+					if err != nil || len(args) == 0 {
+						return
+					}
+					switch strings.ToLower(args[0]) {
+					case "hello":
+						_, _ = c.Write([]byte("%1\r\n$5\r\nproto\r\n:3\r\n"))
+					case "incr":
+						incrs.Add(1)
+						return
+					default:
+						_, _ = c.Write([]byte("+OK\r\n"))
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// A write that starts with a command of the handshake's kind (CLIENT
+// SETNAME) and goes on with the application's (INCR) is the application's:
+// the server's close after running the INCR is not a handshake cut, and
+// the pipeline does not run again (it ran once, with retries off).
+func TestHandshakeCommandsAheadOfTheApplicationsRunOnce(t *testing.T) {
+	var incrs atomic.Int64
+	addr := miniServer(t, &incrs)
+	m := maint.New()
+	defer m.Close()
+	rdb := m.NewClient(&redis.Options{Addr: addr, Protocol: 3, MaxRetries: -1, PoolSize: 1, DisableIdentity: true})
+	defer rdb.Close()
+	ctx := context.Background()
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Do(ctx, "CLIENT", "SETNAME", "app")
+		p.Incr(ctx, "k")
+		return nil
+	})
+	require.Error(t, err, "the server closed the connection under the pipeline")
+	assert.EqualValues(t, 1, incrs.Load(), "the INCR ran once")
+	assert.Zero(t, m.Stats().NotWrittenReruns)
+}
+
+// A server that closes every new connection in its handshake (maxclients,
+// a proxy refusing) costs a command at most twice go-redis's own dials:
+// maint runs a command whose connection was cut in its handshake again
+// once, and never the handshake's own commands.
+func TestServerClosingEveryHandshakeCostsFewDials(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	var accepts atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepts.Add(1)
+			go func() {
+				_, _ = c.Read(make([]byte, 4096))
+				_, _ = c.Write([]byte("-ERR max number of clients reached\r\n"))
+				_ = c.Close()
+			}()
+		}
+	}()
+	for _, r := range routes[:2] {
+		t.Run(r.name, func(t *testing.T) {
+			accepts.Store(0)
+			m := maint.New()
+			defer m.Close()
+			rdb := r.install(m, &redis.Options{Addr: ln.Addr().String(), Protocol: 3, PoolSize: 1,
+				MinRetryBackoff: time.Millisecond, MaxRetryBackoff: 2 * time.Millisecond})
+			defer rdb.Close()
+			require.Error(t, rdb.Set(context.Background(), "k", 1, 0).Err())
+			assert.LessOrEqual(t, accepts.Load(), int64(8), "dials for one command (go-redis alone, MaxRetries 3: 4)")
 		})
 	}
 }

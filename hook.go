@@ -107,7 +107,7 @@ func (m *Maint) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if err != nil && errors.Is(err, redis.ErrPoolTimeout) {
 			err = m.poolRetry(ctx, func() error { return next(ctx, cmd) }, err)
 		}
-		if err != nil && m.notWrittenErr(err) {
+		if err != nil && m.notWrittenErr(err) && !(errors.Is(err, errHandshakeCut) && handshakeOnly(cmd)) {
 			err = m.rerunNotWritten(ctx, func() error {
 				if err := m.waitTurn(ctx); err != nil {
 					cmd.SetErr(err)
@@ -166,7 +166,7 @@ func (m *Maint) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 		if err != nil && errors.Is(err, redis.ErrPoolTimeout) {
 			err = m.poolRetry(ctx, func() error { return next(ctx, cmds) }, err)
 		}
-		if err != nil && m.notWrittenErr(err) {
+		if err != nil && m.notWrittenErr(err) && !(errors.Is(err, errHandshakeCut) && handshakeOnly(cmds...)) {
 			err = m.rerunNotWritten(ctx, func() error {
 				if err := m.waitTurn(ctx); err != nil {
 					for _, cmd := range cmds {

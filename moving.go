@@ -188,6 +188,7 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 		m.badInput(c, nt.Seq, fmt.Sprintf("MOVING window of %ds capped to %v", nt.Time, m.s.maxWindow))
 		window = m.s.maxWindow
 	}
+	c.told.Store(true) // refusesFirstUse
 	successor := m.successor(c, nt)
 
 	now := monoNow()

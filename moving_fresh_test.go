@@ -28,9 +28,15 @@ import (
 // written there is cut by the window's close, every time: without maint's
 // handling every late client fails. Routes with maint's process hooks only:
 // Configure alone (a dialer, no hooks) can neither hold nor rerun a command.
+//
+// With DisableIdentity the application's command is go-redis's next write
+// after the opt-in's reply (no CLIENT SETINFO between), before the
+// handoff's driver has retired the connection: the connection that read
+// the MOVING refuses it all the same.
 func TestFreshClientAtAWindowsEndFailsNothing(t *testing.T) {
-	for _, null := range []bool{false, true} {
-		t.Run(fmt.Sprintf("null=%v", null), func(t *testing.T) {
+	for _, tc := range []struct{ null, noIdentity bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		null := tc.null
+		t.Run(fmt.Sprintf("null=%v/disable_identity=%v", null, tc.noIdentity), func(t *testing.T) {
 			e := newEnv(t)
 			window := time.Second
 			e.old.SetCommandLatency("set", 200*time.Millisecond)
@@ -55,7 +61,9 @@ func TestFreshClientAtAWindowsEndFailsNothing(t *testing.T) {
 						defer wg.Done()
 						ev := &eventLog{}
 						m := maint.New(maint.WithLogf(t.Logf), maint.WithOnEvent(ev.add))
-						rdb := r.install(m, e.options(2))
+						opt := e.options(2)
+						opt.DisableIdentity = tc.noIdentity
+						rdb := r.install(m, opt)
 						defer func() { _ = rdb.Close(); _ = m.Close() }()
 						err := rdb.Set(context.Background(), fmt.Sprintf("fresh:%s:%v", r.name, at), 1, 0).Err()
 						_, saw := ev.first(maint.EventNotification)
@@ -126,5 +134,24 @@ func TestFreshClientRunsItsTransactionOnTheConnectionItHas(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A new client's first subscription past the last call is not refused: a
+// PubSub's commands do not pass through the process hooks, so nothing
+// would run it again. Its connection is closed when the handoff retires
+// it, as every subscriber's is, and go-redis resubscribes elsewhere.
+func TestFreshSubscriberPastTheLastCallSubscribes(t *testing.T) {
+	for _, r := range routes[:2] {
+		t.Run(r.name, func(t *testing.T) {
+			e := newEnv(t)
+			start := time.Now()
+			e.old.Moving(mainttest.Moving{Window: 2 * time.Second, To: e.new})
+			time.Sleep(time.Until(start.Add(1200 * time.Millisecond))) // time=1 replayed: past the last call
+			rdb, _, ev := e.client(r, e.options(2))
+			ps := rdb.Subscribe(context.Background())
+			defer ps.Close()
+			require.NoError(t, ps.Subscribe(context.Background(), "ch"), "events:\n%s", ev)
+		})
 	}
 }

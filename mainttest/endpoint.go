@@ -373,11 +373,23 @@ func (ep *Endpoint) CloseAll() int {
 // returns how many it closed and how many replies they still owed.
 func (ep *Endpoint) closeConns(reason string) (n int, owed int64) {
 	ep.mu.Lock()
+	conns := ep.connsLocked()
+	ep.mu.Unlock()
+	return closeAll(conns, reason)
+}
+
+// connsLocked is the endpoint's connections now. ep.mu is held.
+func (ep *Endpoint) connsLocked() []*conn {
 	conns := make([]*conn, 0, len(ep.conns))
 	for c := range ep.conns {
 		conns = append(conns, c)
 	}
-	ep.mu.Unlock()
+	return conns
+}
+
+// closeAll closes conns for reason, and returns how many it closed and the
+// replies they still owed.
+func closeAll(conns []*conn, reason string) (n int, owed int64) {
 	for _, c := range conns {
 		if o, ok := c.shutdown(reason, true); ok {
 			n++

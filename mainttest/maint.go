@@ -145,16 +145,26 @@ func (ep *Endpoint) windowEnd(mv *movingOp) {
 	// client-side times against it.
 	at := time.Now()
 	ep.mu.Lock()
+	current := ep.moving == mv
+	ep.mu.Unlock()
+	if !current {
+		return
+	}
+	if mv.m.StopAccepting {
+		ep.setRefusing(true, "stop_accepting")
+	}
+	// The connections closed are those open when the window ends, in the
+	// same instant: one that opts in after it is told nothing and is not
+	// closed; one that opted in before was told of the MOVING.
+	ep.mu.Lock()
 	if ep.moving != mv {
 		ep.mu.Unlock()
 		return
 	}
 	ep.moving = nil
+	conns := ep.connsLocked()
 	ep.mu.Unlock()
-	if mv.m.StopAccepting {
-		ep.setRefusing(true, "stop_accepting")
-	}
-	n, owed := ep.closeConns("window_end")
+	n, owed := closeAll(conns, "window_end")
 	ep.e.event(Event{At: at, Endpoint: ep.addr, Kind: KindWindowEndClose, Seq: mv.seq,
 		Detail: fmt.Sprintf("closed=%d owed=%d", n, owed)})
 }
