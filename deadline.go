@@ -31,7 +31,42 @@ var monoBaseSec, monoBaseNsec = monoBase.Unix(), int64(monoBase.Nanosecond())
 // (saturated as Sub saturates), without Sub's general arithmetic for the
 // deadlines go-redis sets, which carry no monotonic reading: their
 // difference from monoBase is on the wall clock, as Sub takes it then.
+//
+// Those deadlines are go-redis's time.Unix(0, now).Add(timeout), in the
+// Local location. t.Local() strips a monotonic reading (as Round(0) does,
+// see the time package) and sets the Local location; a t it leaves equal
+// is one of those, and takes the fast path: about 50 instructions, where
+// the general rules' Round(0) and arithmetic took about 75. Any other time (a context's deadline, which
+// carries a monotonic reading, another location, the zero time, a time
+// before monoBase or centuries ahead) takes toMonoSlow, which gives the
+// same result for the times of the fast path.
 func toMono(t time.Time) mono {
+	if t.Local() == t {
+		if s := t.Unix() - monoBaseSec; uint64(s) < maxMonoSec {
+			if d := s*int64(time.Second) + int64(t.Nanosecond()) - monoBaseNsec; d > 0 {
+				return d
+			}
+		}
+	}
+	return toMonoSlow(t)
+}
+
+// askedOf is toMono for the deadline setters, inlined into them: the zero
+// time (no deadline), which go-redis's health check sets on every Get, is
+// 0 without a call.
+func askedOf(t time.Time) mono {
+	if t.IsZero() {
+		return 0
+	}
+	return toMono(t)
+}
+
+// maxMonoSec bounds the seconds after monoBase of toMono's fast path, far
+// from where toMonoSlow saturates.
+const maxMonoSec = 1 << 32
+
+// toMonoSlow is toMono by the general rules.
+func toMonoSlow(t time.Time) mono {
 	if t.IsZero() {
 		return 0
 	}
@@ -159,7 +194,7 @@ func (c *conn) SetDeadline(t time.Time) error {
 	if c.checking.Load() {
 		c.checking.Store(false)
 	}
-	asked := toMono(t)
+	asked := askedOf(t)
 	c.rdl.asked.Store(asked)
 	c.wdl.asked.Store(asked)
 	e := c.n.epoch.Load()
@@ -182,7 +217,7 @@ func (c *conn) SetReadDeadline(t time.Time) error {
 	if c.checking.Load() {
 		c.checking.Store(false)
 	}
-	asked := toMono(t)
+	asked := askedOf(t)
 	c.rdl.asked.Store(asked)
 	e := c.n.epoch.Load()
 	if c.quiet() {
@@ -200,7 +235,7 @@ func (c *conn) SetWriteDeadline(t time.Time) error {
 	if c.checking.Load() {
 		c.checking.Store(false)
 	}
-	asked := toMono(t)
+	asked := askedOf(t)
 	c.wdl.asked.Store(asked)
 	e := c.n.epoch.Load()
 	if c.quiet() {

@@ -68,6 +68,42 @@ func TestDeadlinesAreMonotonic(t *testing.T) {
 	assert.True(t, c.n.relaxUntil.Load() > monoNow(), "relaxation is kept on the monotonic clock")
 }
 
+// toMono's fast path (go-redis's deadlines: wall-clock times in Local)
+// gives what the general rules give, and a time with a monotonic reading
+// (a context's deadline) is converted by that reading, as Sub does.
+func TestToMonoMatchesTheGeneralRules(t *testing.T) {
+	now := time.Now()
+	wall := time.Unix(0, now.UnixNano())
+	for _, tc := range []struct {
+		name string
+		t    time.Time
+	}{
+		{"zero", time.Time{}},
+		{"go-redis's read deadline", wall.Add(3 * time.Second)},
+		{"a wall-clock time in UTC", wall.Add(time.Second).UTC()},
+		{"a wall-clock time elsewhere", wall.Add(time.Second).In(time.FixedZone("x", 3600))},
+		{"monoBase on the wall clock", monoBase.Round(0)},
+		{"one nanosecond after monoBase", monoBase.Round(0).Add(1)},
+		{"one nanosecond before monoBase", monoBase.Round(0).Add(-1)},
+		{"a second before monoBase", monoBase.Round(0).Add(-time.Second)},
+		{"the Unix epoch", time.Unix(0, 0)},
+		{"before the Unix epoch", time.Unix(-5, 0)},
+		{"in a hundred years", wall.AddDate(100, 0, 0)},
+		{"the fast path's last second", time.Unix(monoBaseSec+maxMonoSec-1, 999999999)},
+		{"past the fast path", time.Unix(monoBaseSec+maxMonoSec, 0)},
+		{"the year 9999", time.Date(9999, 1, 1, 0, 0, 0, 0, time.Local)},
+		{"a context's deadline", now.Add(2 * time.Second)},
+		{"a monotonic reading before monoBase", monoBase.Add(-time.Second)},
+	} {
+		assert.Equal(t, toMonoSlow(tc.t), toMono(tc.t), tc.name)
+		assert.Equal(t, toMonoSlow(tc.t), askedOf(tc.t), tc.name)
+	}
+	ctx := now.Add(2 * time.Second)
+	assert.Equal(t, int64(ctx.Sub(monoBase)), toMono(ctx), "a monotonic reading is used as Sub uses it")
+	assert.Equal(t, wall.Add(3*time.Second).Sub(monoBase.Round(0)), time.Duration(toMono(wall.Add(3*time.Second))),
+		"a wall-clock time is taken on the wall clock")
+}
+
 // A timeout names the relaxation only when one was applied to the deadline
 // that expired; a probe's deadline (no reply owed) is never relaxed, however
 // short, and a reply's always is.
