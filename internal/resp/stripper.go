@@ -636,25 +636,40 @@ func bulkRun(b []byte) (end, n int) {
 	if hdr == 0 {
 		return 0, 0
 	}
-	c := hdr + size // the CRLF after the payload
-	for c >= 0 && c <= len(b)-2 && binary.LittleEndian.Uint16(b[c:c+2]) == crlf {
-		n++
-		end = c + 2
-		if c > len(b)-8 {
-			break
-		}
+	// c is the offset of the CRLF after a payload, end the offset after
+	// the last bulk string counted. The common case, that CRLF and the
+	// next header with a length of one or two digits, is decided first
+	// and with the fewest checks (see bulkStep).
+	c := hdr + size
+	for uint(c) <= uint(len(b)-8) {
 		v := binary.LittleEndian.Uint64(b[c : c+8])
-		d1, d2 := byte(v>>24)-'0', byte(v>>32)-'0'
-		switch {
-		case v&0xffff00ffffff == 0x0a0d00240a0d && d1 <= 9: // "\r\n$d\r\n"
-			c += 6 + int(d1)
-		case v&0xffff0000ffffff == 0x0a0d0000240a0d && d1 <= 9 && d2 <= 9: // "\r\n$dd\r\n"
-			c += 7 + int(d1)*10 + int(d2)
-		case v&0xffffffffffffff == 0x0a0d312d240a0d: // "\r\n$-1\r\n"
-			c += 5
-		default:
+		d1 := byte(v>>24) - '0'
+		if uint32(v)&0xffffff == 0x240a0d && d1 <= 9 { // "\r\n$d"
+			n++
+			end = c + 2
+			if uint16(v>>32) == crlf { // "\r\n$d\r\n"
+				c += 6 + int(d1)
+				continue
+			}
+			if d2 := byte(v>>32) - '0'; d2 <= 9 && uint16(v>>40) == crlf { // "\r\n$dd\r\n"
+				c += 7 + int(d1)*10 + int(d2)
+				continue
+			}
 			return end, n
 		}
+		if uint16(v) != crlf {
+			return end, n
+		}
+		n++
+		end = c + 2
+		if !nullAfterCRLF(v) {
+			return end, n
+		}
+		c += 5
+	}
+	if crlfAt(b, c) {
+		n++
+		end = c + 2
 	}
 	return end, n
 }
@@ -782,16 +797,17 @@ func replyLen(b []byte) int {
 		for ; n > 0; n-- {
 			if c >= 0 && c <= len(b)-8 {
 				v := binary.LittleEndian.Uint64(b[c : c+8])
-				d1, d2 := byte(v>>24)-'0', byte(v>>32)-'0'
-				if v&0xffff00ffffff == 0x0a0d00240a0d && d1 <= 9 { // "\r\n$d\r\n"
-					c += 6 + int(d1)
-					continue
+				if d1 := byte(v>>24) - '0'; uint32(v)&0xffffff == 0x240a0d && d1 <= 9 { // "\r\n$d"
+					if uint16(v>>32) == crlf { // "\r\n$d\r\n"
+						c += 6 + int(d1)
+						continue
+					}
+					if d2 := byte(v>>32) - '0'; d2 <= 9 && uint16(v>>40) == crlf { // "\r\n$dd\r\n"
+						c += 7 + int(d1)*10 + int(d2)
+						continue
+					}
 				}
-				if v&0xffff0000ffffff == 0x0a0d0000240a0d && d1 <= 9 && d2 <= 9 { // "\r\n$dd\r\n"
-					c += 7 + int(d1)*10 + int(d2)
-					continue
-				}
-				if v&0xffffffffffffff == 0x0a0d312d240a0d { // "\r\n$-1\r\n"
+				if nullAfterCRLF(v) {
 					c += 5
 					continue
 				}
@@ -814,6 +830,14 @@ func replyLen(b []byte) int {
 		return c + 2
 	}
 	return frameLen(b)
+}
+
+// nullAfterCRLF reports whether v, eight bytes read little-endian, starts
+// with "\r\n$-1\r\n": a CRLF and a null bulk string. It compares with
+// constants of 32 bits and less, which the compiler leaves in the
+// instructions rather than keeping them in registers across a loop.
+func nullAfterCRLF(v uint64) bool {
+	return uint32(v>>16) == 0x0d312d24 && uint32(v)&0xffff == crlf && byte(v>>48) == '\n'
 }
 
 // nullBulk is "$-1\r\n" read as a little-endian uint64's five low bytes.

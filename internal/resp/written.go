@@ -168,14 +168,15 @@ cmds:
 			for args--; args > 0; args-- {
 				if e >= 0 && e <= len(b)-8 {
 					v := binary.LittleEndian.Uint64(b[e : e+8])
-					d1, d2 := byte(v>>24)-'0', byte(v>>32)-'0'
-					if v&0xffff00ffffff == 0x0a0d00240a0d && d1 <= 9 { // "\r\n$d\r\n"
-						e += 6 + int(d1)
-						continue
-					}
-					if v&0xffff0000ffffff == 0x0a0d0000240a0d && d1 <= 9 && d2 <= 9 { // "\r\n$dd\r\n"
-						e += 7 + int(d1)*10 + int(d2)
-						continue
+					if d1 := byte(v>>24) - '0'; uint32(v)&0xffffff == 0x240a0d && d1 <= 9 { // "\r\n$d"
+						if uint16(v>>32) == crlf { // "\r\n$d\r\n"
+							e += 6 + int(d1)
+							continue
+						}
+						if d2 := byte(v>>32) - '0'; d2 <= 9 && uint16(v>>40) == crlf { // "\r\n$dd\r\n"
+							e += 7 + int(d1)*10 + int(d2)
+							continue
+						}
 					}
 				}
 				if !crlfAt(b, e) {
