@@ -214,6 +214,34 @@ func (s *Stripper) Reset() {
 // on. Any other error leaves the parse state intact, so a Read after, say, a
 // deadline timeout carries on where the stream stopped.
 func (s *Stripper) Read(r io.Reader, p []byte) (int, error) {
+	// The common case first, with the fewest checks and a small frame:
+	// nothing queued, held back or stashed, the stream at a frame
+	// boundary, and a read of whole replies (every Read of a command's
+	// reply, while no push comes).
+	if s.qOff == s.qEnd && s.nhold == 0 && len(s.tail) == 0 && s.err == nil && !s.dead &&
+		s.st == stType && s.want == 0 && s.push == pushNone && len(p) > 0 {
+		m, err := r.Read(p)
+		if m < 0 || m > len(p) {
+			return 0, errInvalidCount
+		}
+		from := s.wholeReplies(p[:m])
+		if from == m && m > 0 && err == nil {
+			s.empty = 0
+			return m, nil
+		}
+		if k, err, done := s.after(p, 0, m, from, false, err); done {
+			return k, err
+		}
+	}
+	return s.read(r, p)
+}
+
+// errInvalidCount is Read's error for a reader that returned a count out
+// of range.
+var errInvalidCount = errors.New("resp: reader returned an invalid count")
+
+// read is Read by the general rules.
+func (s *Stripper) read(r io.Reader, p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
@@ -262,7 +290,7 @@ func (s *Stripper) Read(r io.Reader, p []byte) (int, error) {
 		}
 		m, err := r.Read(buf[h:])
 		if m < 0 || m > len(buf)-h {
-			return 0, errors.New("resp: reader returned an invalid count")
+			return 0, errInvalidCount
 		}
 		// Whole replies at a frame boundary are framed without the general
 		// parser; a read of nothing else is returned as it came.
@@ -274,37 +302,48 @@ func (s *Stripper) Read(r io.Reader, p []byte) (int, error) {
 				return m, nil
 			}
 		}
-		k := s.scan(buf[:h+m], from)
-		if err == io.EOF {
-			s.flushAtEOF()
+		if k, err, done := s.after(buf, h, m, from, staged, err); done {
+			return k, err
 		}
-		if m == 0 && err == nil {
-			if err = s.noProgress(); err != nil {
-				s.err = err
-			}
-		} else {
-			s.empty = 0
-		}
-		if staged {
-			s.qOff, s.qEnd = 0, k
-			if err != nil {
-				s.err = err
-			}
-			continue
-		}
-		if k == 0 {
-			if err != nil {
-				s.err = err
-			}
-			continue
-		}
-		if err != nil && len(s.tail) > 0 {
-			// The tail must come before the error.
-			s.err = err
-			err = nil
-		}
-		return k, err
 	}
+}
+
+// after finishes a read of m bytes into buf after h held-back ones, of
+// which wholeReplies framed buf[:from], with the reader's error err: it
+// scans the rest and reports what Read returns, or done false when Read
+// must go round again (the output is queued in the staging buffer, or
+// there is none yet).
+func (s *Stripper) after(buf []byte, h, m, from int, staged bool, err error) (k int, _ error, done bool) {
+	k = s.scan(buf[:h+m], from)
+	if err == io.EOF {
+		s.flushAtEOF()
+	}
+	if m == 0 && err == nil {
+		if err = s.noProgress(); err != nil {
+			s.err = err
+		}
+	} else {
+		s.empty = 0
+	}
+	if staged {
+		s.qOff, s.qEnd = 0, k
+		if err != nil {
+			s.err = err
+		}
+		return 0, nil, false
+	}
+	if k == 0 {
+		if err != nil {
+			s.err = err
+		}
+		return 0, nil, false
+	}
+	if err != nil && len(s.tail) > 0 {
+		// The tail must come before the error.
+		s.err = err
+		err = nil
+	}
+	return k, err, true
 }
 
 // noProgress counts reads that returned (0, nil), and gives up like
