@@ -721,18 +721,22 @@ func bulkRun(b []byte) (end, n int) {
 func pushFrame(b []byte) (n int, name []byte, ok bool) {
 	// The common push, all of whose elements are bulk strings (a pub/sub
 	// message, a MOVING's text fields aside), framed without frameLen.
-	i, count := 1, 0
-	for ; i < len(b); i++ {
-		d := b[i] - '0'
-		if d > 9 {
-			break
+	i, count := 4, 0
+	if len(b) >= 9 && b[1]-'1' < 9 && b[2] == '\r' && b[3] == '\n' {
+		count = int(b[1] - '0') // one digit, not 0: every pub/sub message
+	} else {
+		for i = 1; i < len(b); i++ {
+			d := b[i] - '0'
+			if d > 9 {
+				break
+			}
+			count = count*10 + int(d)
 		}
-		count = count*10 + int(d)
+		if i == 1 || i > 19 || len(b)-i < 2 || b[i] != '\r' || b[i+1] != '\n' || count < 1 || count > len(b) {
+			return pushFrameAny(b)
+		}
+		i += 2
 	}
-	if i == 1 || i > 19 || len(b)-i < 2 || b[i] != '\r' || b[i+1] != '\n' || count < 1 || count > len(b) {
-		return pushFrameAny(b)
-	}
-	i += 2
 	// The name: a bulk string, not null.
 	at, size := 0, 0
 	if i <= len(b)-8 {
@@ -751,18 +755,14 @@ func pushFrame(b []byte) (n int, name []byte, ok bool) {
 		return 0, nil, false
 	}
 	name = b[at:i]
-	i += 2
-	for k := 1; k < count; k++ {
-		e := bulkEnd(b, i)
-		if e == -2 {
-			return pushFrameAny(b)
-		}
-		if e < 0 {
-			return 0, nil, false
-		}
-		i = e
+	switch e := bulkElems(b, i, count-1); e {
+	case -2:
+		return pushFrameAny(b)
+	case -1:
+		return 0, nil, false
+	default:
+		return e, name, true
 	}
-	return i, name, true
 }
 
 // pushFrameAny is pushFrame for a push of any elements.
@@ -827,48 +827,54 @@ func replyLen(b []byte) int {
 			}
 			i += 2
 		}
-		// The elements: every one of an MGET's reply comes through here.
-		// c is the offset of the CRLF before the next element's header
-		// (the array's own, then the one after each payload): one load
-		// reads it and the header, when it is a null or has a length of
-		// one or two digits, and the payload is stepped over by length.
-		c := i - 2
-		for ; n > 0; n-- {
-			if c >= 0 && c <= len(b)-8 {
-				v := binary.LittleEndian.Uint64(b[c : c+8])
-				if d1 := byte(v>>24) - '0'; uint32(v)&0xffffff == 0x240a0d && d1 <= 9 { // "\r\n$d"
-					if uint16(v>>32) == crlf { // "\r\n$d\r\n"
-						c += 6 + int(d1)
-						continue
-					}
-					if d2 := byte(v>>32) - '0'; d2 <= 9 && uint16(v>>40) == crlf { // "\r\n$dd\r\n"
-						c += 7 + int(d1)*10 + int(d2)
-						continue
-					}
+		if e := bulkElems(b, i-2, n); e != -2 {
+			return e
+		}
+	}
+	return frameLen(b)
+}
+
+// bulkElems frames n elements that are bulk strings, the CRLF before the
+// first of them at b[c] (an array's header's, or the one after a push's
+// name), and returns the offset after the last, -1 if they are not
+// complete in b (or a CRLF is missing: the general parser reports that),
+// or -2 if one is not a bulk string of up to 18 length digits: the caller
+// then frames the whole by the general rules. Every element of an MGET's
+// reply and of a pub/sub message comes through here: one load reads the
+// CRLF before an element and its header, when it is a null or has a
+// length of one or two digits, and the payload is stepped over by length.
+func bulkElems(b []byte, c, n int) int {
+	for ; n > 0; n-- {
+		if c >= 0 && c <= len(b)-8 {
+			v := binary.LittleEndian.Uint64(b[c : c+8])
+			if d1 := byte(v>>24) - '0'; uint32(v)&0xffffff == 0x240a0d && d1 <= 9 { // "\r\n$d"
+				if uint16(v>>32) == crlf { // "\r\n$d\r\n"
+					c += 6 + int(d1)
+					continue
 				}
-				if nullAfterCRLF(v) {
-					c += 5
+				if d2 := byte(v>>32) - '0'; d2 <= 9 && uint16(v>>40) == crlf { // "\r\n$dd\r\n"
+					c += 7 + int(d1)*10 + int(d2)
 					continue
 				}
 			}
-			if !crlfAt(b, c) {
-				return -1 // not complete in b, or no CRLF: the general parser decides
+			if nullAfterCRLF(v) {
+				c += 5
+				continue
 			}
-			e := blobEnd(b, c+2)
-			if e == -2 {
-				return frameLen(b) // an element of another kind
-			}
-			if e < 0 {
-				return -1
-			}
-			c = e - 2
 		}
 		if !crlfAt(b, c) {
-			return -1
+			return -1 // not complete in b, or no CRLF: the general parser decides
 		}
-		return c + 2
+		e := blobEnd(b, c+2)
+		if e < 0 {
+			return e // -2: an element of another kind
+		}
+		c = e - 2
 	}
-	return frameLen(b)
+	if !crlfAt(b, c) {
+		return -1
+	}
+	return c + 2
 }
 
 // nullAfterCRLF reports whether v, eight bytes read little-endian, starts
