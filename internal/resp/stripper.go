@@ -678,7 +678,9 @@ func bulkRun(b []byte) (end, n int) {
 	// c is the offset of the CRLF after a payload, end the offset after
 	// the last bulk string counted. The common case, that CRLF and the
 	// next header with a length of one or two digits, is decided first
-	// and with the fewest checks (see bulkStep).
+	// and with the fewest checks. The step is written out here and in
+	// bulkElems: as a function of its own, inlined, the compiler makes it
+	// four instructions dearer per reply.
 	c := hdr + size
 	for uint(c) <= uint(len(b)-8) {
 		v := binary.LittleEndian.Uint64(b[c : c+8])
