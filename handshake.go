@@ -90,7 +90,7 @@ func (m *Maint) takeTurn(c *conn) bool {
 // is waited for rather than asked again by every connection of a burst.
 func (c *conn) handshakeBound() time.Duration {
 	d := handshakeWait
-	if asked := c.wdl.asked.Load(); asked != 0 {
+	if asked := c.wdl.askedMono(); asked != 0 {
 		if left := time.Duration(asked-monoNow()) - handshakeMargin; left > d {
 			d = left
 		}
