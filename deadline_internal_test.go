@@ -112,12 +112,14 @@ func (d *deadline) withAsked(a mono) *deadline {
 // (the stepped clock is the test's alone: the socket's time.Until reads
 // the real one, hence got.Add(-step) there).
 func TestWallClockStepMovesNoDeadline(t *testing.T) {
+	real := clockNow
+	t.Cleanup(func() { clockNow = real }) // after the Maints' Close (cleanups run last first)
 	for _, step := range []time.Duration{time.Hour, -time.Hour} {
-		real := clockNow
 		clockNow = func() clock { k := real(); k.wall += int64(step); return k }
 		stepped := func() time.Time { return time.Unix(0, clockNow().wall) } // what go-redis reads
 
 		m := New(WithLogf(t.Logf), WithRelaxedTimeout(2*time.Second))
+		t.Cleanup(func() { _ = m.Close() })
 		c, raw := wrapDL(t, m, "127.0.0.2:6379", nil)
 		oweReply(t, c)
 		require.NoError(t, c.SetReadDeadline(stepped().Add(time.Second))) // quiet: as asked
@@ -137,8 +139,7 @@ func TestWallClockStepMovesNoDeadline(t *testing.T) {
 		got, _ = raw.lastRead()
 		assert.InDelta(t, time.Minute, time.Until(got.Add(-step)), float64(time.Second), "step %v: a longer deadline as asked", step)
 		assert.False(t, c.rdl.raised(), "step %v", step)
-		m.Close()
-		clockNow = real
+		_ = m.Close()
 	}
 }
 
