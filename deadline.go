@@ -1,16 +1,18 @@
 package maint
 
 import (
-	"math"
 	"sync/atomic"
 	"time"
 )
 
 // The deadlines of a connection have one owner: the type below. go-redis
 // asks for a deadline (asked); maint puts a floor under it while the node is
-// relaxed or the connection drains (applied). Both are kept on a monotonic
-// clock, so a step of the wall clock neither ends relaxation early nor
-// stretches it.
+// relaxed or the connection drains (applied). Both are kept so that a step
+// of the wall clock neither ends relaxation early nor stretches it: applied
+// on a monotonic clock, and asked on it too, except a deadline with no
+// monotonic reading (go-redis's own: time.Unix(0, now).Add(timeout)), which
+// is kept as the wall-clock time it is and taken onto the monotonic clock
+// only when it is read, against the clock then (see askedOf).
 
 // monoBase is the origin of maint's monotonic clock: durations since it are
 // read from the monotonic clock, whatever the wall clock does.
@@ -23,31 +25,88 @@ type mono = int64
 // monoNow is now on the monotonic clock; it is never zero.
 func monoNow() mono { return int64(time.Since(monoBase)) | 1 }
 
-// monoBaseSec and monoBaseNsec are monoBase on the wall clock.
-var monoBaseSec, monoBaseNsec = monoBase.Unix(), int64(monoBase.Nanosecond())
-
-// toMono converts a deadline; the zero time (no deadline) is 0. A time
-// before monoBase becomes 1, a deadline long passed. It is t.Sub(monoBase)
-// (saturated as Sub saturates), without Sub's general arithmetic for the
-// deadlines go-redis sets, which carry no monotonic reading: their
-// difference from monoBase is on the wall clock, as Sub takes it then.
+// toMono converts a deadline, now: the zero time (no deadline) is 0, a
+// time with a monotonic reading (a context's deadline) is t.Sub(monoBase),
+// which uses that reading, and a wall-clock time is taken onto the
+// monotonic clock against the clock now. A time before monoBase, or
+// passed, becomes at least 1, a deadline long passed; one centuries ahead
+// saturates.
 func toMono(t time.Time) mono {
 	if t.IsZero() {
 		return 0
 	}
-	var d int64
-	if w := t.Round(0); w != t {
-		d = int64(t.Sub(monoBase)) // a monotonic reading: Sub uses it
-	} else {
-		s := t.Unix() - monoBaseSec
-		switch {
-		case s >= math.MaxInt64/int64(time.Second)-1:
-			return math.MaxInt64
-		case s < -1:
-			return 1
-		}
-		d = s*int64(time.Second) + int64(t.Nanosecond()) - monoBaseNsec
+	if t.Round(0) != t {
+		return atLeast1(int64(t.Sub(monoBase))) // a monotonic reading: Sub uses it
 	}
+	return clockNow().of(wallOf(t))
+}
+
+// askedOf is what a deadline setter records of t: 0 for the zero time; a
+// wall-clock time in Local (go-redis's deadlines, t.Local() == t: Local
+// strips a monotonic reading, as Round(0) does, see the time package)
+// within two centuries of the Unix epoch as it is (wallOf), with no clock
+// read and no conversion; else toMono(t).
+//
+// A wall-clock time is not converted against monoBase's own wall reading:
+// that would move it by every step of the wall clock since the process
+// started (a deadline an hour later than go-redis asked for after the
+// clock was set an hour ahead, or one long passed after it was set back).
+// Converted when it is read, against the clock then (clock.of), only a step
+// between go-redis's setting it and maint's reading it can move it, as such
+// a step moves the socket's own (the runtime takes a wall-clock deadline as
+// time.Until at the SetDeadline call).
+func askedOf(t time.Time) mono {
+	if t.IsZero() {
+		return 0
+	}
+	if t.Local() == t {
+		if s := t.Unix(); uint64(s-1) < maxWallSec {
+			return -(s*int64(time.Second) + int64(t.Nanosecond()))
+		}
+	}
+	return toMono(t)
+}
+
+// maxWallSec bounds the seconds after the Unix epoch of a wall-clock time
+// askedOf keeps as it is: about 2242, well inside UnixNano's range.
+const maxWallSec = 1 << 33
+
+// wallOf is a wall-clock time t as askedOf keeps it: its UnixNano,
+// negated (a mono is never negative). Only times that UnixNano describes
+// are given to it.
+func wallOf(t time.Time) mono {
+	s := t.Unix()
+	switch {
+	case s >= maxWallSec:
+		s = maxWallSec // centuries ahead: the same as none, for maint
+	case s < 1:
+		return -1 // before 1970: long passed
+	}
+	return -(s*int64(time.Second) + int64(t.Nanosecond()))
+}
+
+// clock is one reading of the clock: now on the monotonic clock and on the
+// wall clock (UnixNano).
+type clock struct{ mono, wall int64 }
+
+// clockNow reads the clock (a variable for the tests, which step the wall
+// clock with it).
+var clockNow = func() clock {
+	t := time.Now()
+	return clock{int64(t.Sub(monoBase)) | 1, t.UnixNano()}
+}
+
+// of returns asked (as a deadline setter records it, see askedOf) on the
+// monotonic clock: a mono as it is, a wall-clock time taken against k.
+func (k clock) of(asked mono) mono {
+	if asked >= 0 {
+		return asked
+	}
+	return atLeast1(k.mono + (-asked - k.wall))
+}
+
+// atLeast1 is d, or 1 (a deadline long passed) if d is not after monoBase.
+func atLeast1(d int64) mono {
 	if d <= 0 {
 		return 1
 	}
@@ -64,7 +123,7 @@ func fromMono(m mono) time.Time {
 
 // deadline is one direction (read or write) of a connection's deadline.
 type deadline struct {
-	asked atomic.Int64 // mono: what go-redis asked for, 0 for none
+	asked atomic.Int64 // what go-redis asked for (see askedOf): 0 for none
 	// applied is what the socket has (mono, 0 for none), or asAsked: what
 	// was asked, as setDeadline's fast path records it, with no store per
 	// command while it stays so.
@@ -74,12 +133,23 @@ type deadline struct {
 // asAsked in deadline.applied: the socket has what was asked.
 const asAsked mono = -1
 
-// socket returns what the socket has: mono, 0 for none.
-func (d *deadline) socket() mono {
+// socket returns what the socket has: the time go-redis asked for, as it
+// gave it (a wall-clock time) or on the monotonic clock, or the zero time.
+func (d *deadline) socket() time.Time {
 	if v := d.applied.Load(); v != asAsked {
-		return v
+		return fromMono(v)
 	}
-	return d.asked.Load()
+	return timeOf(d.asked.Load())
+}
+
+// askedMono returns what go-redis asked for on the monotonic clock, 0 for
+// none.
+func (d *deadline) askedMono() mono {
+	if a := d.asked.Load(); a < 0 {
+		return clockNow().of(a)
+	} else {
+		return a
+	}
 }
 
 // markAsAsked records that the socket has what was asked.
@@ -134,8 +204,12 @@ func (c *conn) floor(asked, now mono, read bool) mono {
 // raised reports whether the deadline on the socket is later than the one
 // go-redis asked for: a timeout under it is a relaxed one.
 func (d *deadline) raised() bool {
-	asked := d.asked.Load()
-	return asked != 0 && d.applied.Load() > asked
+	v := d.applied.Load()
+	if v <= 0 {
+		return false // as asked, or none
+	}
+	asked := d.askedMono()
+	return asked != 0 && v > asked
 }
 
 // quiet reports whether nothing floors this connection's deadlines now: its
@@ -159,7 +233,7 @@ func (c *conn) SetDeadline(t time.Time) error {
 	if c.checking.Load() {
 		c.checking.Store(false)
 	}
-	asked := toMono(t)
+	asked := askedOf(t)
 	c.rdl.asked.Store(asked)
 	c.wdl.asked.Store(asked)
 	e := c.n.epoch.Load()
@@ -182,7 +256,7 @@ func (c *conn) SetReadDeadline(t time.Time) error {
 	if c.checking.Load() {
 		c.checking.Store(false)
 	}
-	asked := toMono(t)
+	asked := askedOf(t)
 	c.rdl.asked.Store(asked)
 	e := c.n.epoch.Load()
 	if c.quiet() {
@@ -200,7 +274,7 @@ func (c *conn) SetWriteDeadline(t time.Time) error {
 	if c.checking.Load() {
 		c.checking.Store(false)
 	}
-	asked := toMono(t)
+	asked := askedOf(t)
 	c.wdl.asked.Store(asked)
 	e := c.n.epoch.Load()
 	if c.quiet() {
@@ -230,28 +304,55 @@ func (c *conn) setFloored(asked mono, read, write bool, e uint64) error {
 	return err
 }
 
+// apply puts asked (as a setter records it, see askedOf), floored, on the
+// socket in the given directions.
 func (c *conn) apply(asked mono, read, write bool) error {
 	if read && write {
-		r, w := c.floor(asked, 0, true), c.floor(asked, 0, false)
+		r, rt := c.floored(asked, true)
+		w, wt := c.floored(asked, false)
 		c.rdl.applied.Store(r)
 		c.wdl.applied.Store(w)
 		if r == w {
-			return c.raw.SetDeadline(fromMono(r))
+			return c.raw.SetDeadline(rt)
 		}
-		if err := c.raw.SetReadDeadline(fromMono(r)); err != nil {
+		if err := c.raw.SetReadDeadline(rt); err != nil {
 			return err
 		}
-		return c.raw.SetWriteDeadline(fromMono(w))
+		return c.raw.SetWriteDeadline(wt)
 	}
-	v := c.floor(asked, 0, read)
+	v, t := c.floored(asked, read)
 	switch {
 	case read:
 		c.rdl.applied.Store(v)
-		return c.raw.SetReadDeadline(fromMono(v))
+		return c.raw.SetReadDeadline(t)
 	default:
 		c.wdl.applied.Store(v)
-		return c.raw.SetWriteDeadline(fromMono(v))
+		return c.raw.SetWriteDeadline(t)
 	}
+}
+
+// floored returns what the socket gets for asked (as a setter records it)
+// in one direction, and how deadline.applied records it: what was asked,
+// as it was given (asAsked), when no floor raises it; else the floor, on
+// the monotonic clock.
+func (c *conn) floored(asked mono, read bool) (applied mono, t time.Time) {
+	a := asked
+	if a < 0 {
+		a = clockNow().of(asked)
+	}
+	if v := c.floor(a, 0, read); v != a {
+		return v, fromMono(v)
+	}
+	return asAsked, timeOf(asked)
+}
+
+// timeOf is asked (as a setter records it) as a time: a wall-clock time as
+// go-redis gave it, or on the monotonic clock.
+func timeOf(asked mono) time.Time {
+	if asked < 0 {
+		return time.Unix(0, -asked)
+	}
+	return fromMono(asked)
 }
 
 // refloor re-applies the floor to the deadlines already set: relaxation that
@@ -266,9 +367,9 @@ func (c *conn) apply(asked mono, read, write bool) error {
 // epoch was bumped first, so a setter racing with this call redoes its own
 // work.
 func (c *conn) refloor() {
-	now := monoNow()
-	c.refloorOne(&c.rdl, now, true, c.raw.SetReadDeadline)
-	c.refloorOne(&c.wdl, now, false, c.raw.SetWriteDeadline)
+	k := clockNow()
+	c.refloorOne(&c.rdl, k, true, c.raw.SetReadDeadline)
+	c.refloorOne(&c.wdl, k, false, c.raw.SetWriteDeadline)
 }
 
 // floorAnew re-applies the floor to c's deadlines after its state changed
@@ -279,11 +380,12 @@ func (c *conn) floorAnew() {
 	c.refloor()
 }
 
-func (c *conn) refloorOne(d *deadline, now mono, read bool, set func(time.Time) error) {
-	asked := d.asked.Load()
-	if asked == 0 {
+func (c *conn) refloorOne(d *deadline, k clock, read bool, set func(time.Time) error) {
+	recorded := d.asked.Load()
+	if recorded == 0 {
 		return
 	}
+	now, asked := k.mono, k.of(recorded)
 	v := c.floor(asked, now, read)
 	if v <= now {
 		return
@@ -300,17 +402,17 @@ func (c *conn) refloorOne(d *deadline, now mono, read bool, set func(time.Time) 
 		return
 	}
 	_ = set(fromMono(v))
-	if d.asked.Load() != asked {
+	if d.asked.Load() != recorded {
 		// go-redis set a new deadline meanwhile: its setter saw the new
 		// epoch and applies its own floor; make sure the socket has it.
 		if a := d.asked.Load(); a != 0 {
-			w := c.floor(a, 0, read)
+			w, t := c.floored(a, read)
 			d.applied.Store(w)
-			_ = set(fromMono(w))
+			_ = set(t)
 		}
 	}
 }
 
 // restoreRead puts back on the socket the read deadline it had before the
 // health check's short one: a peek leaves no trace.
-func (c *conn) restoreRead() { _ = c.raw.SetReadDeadline(fromMono(c.rdl.socket())) }
+func (c *conn) restoreRead() { _ = c.raw.SetReadDeadline(c.rdl.socket()) }

@@ -68,6 +68,81 @@ func TestDeadlinesAreMonotonic(t *testing.T) {
 	assert.True(t, c.n.relaxUntil.Load() > monoNow(), "relaxation is kept on the monotonic clock")
 }
 
+// A deadline setter keeps go-redis's wall-clock deadlines as they are and
+// converts any other time at once; either way the deadline read back on
+// the monotonic clock is the one asked for.
+func TestAskedIsTheDeadlineAskedFor(t *testing.T) {
+	now := time.Now()
+	wall := time.Unix(0, now.UnixNano()).Add(3 * time.Second) // go-redis's shape
+	assert.Equal(t, -wall.UnixNano(), askedOf(wall), "a wall-clock deadline is kept as it is")
+	assert.Equal(t, wall, (&deadline{}).withAsked(askedOf(wall)).socket(), "and given back as it came")
+	for _, tc := range []struct {
+		name string
+		t    time.Time
+		want time.Duration // from now
+	}{
+		{"go-redis's read deadline", wall, 3 * time.Second},
+		{"a context's deadline", now.Add(2 * time.Second), 2 * time.Second},
+		{"a wall-clock time in UTC", wall.UTC(), 3 * time.Second},
+		{"a wall-clock time elsewhere", wall.In(time.FixedZone("x", 3600)), 3 * time.Second},
+	} {
+		got := time.Duration(clockNow().of(askedOf(tc.t)) - monoNow())
+		assert.InDelta(t, tc.want, got, float64(100*time.Millisecond), tc.name)
+	}
+	assert.Zero(t, askedOf(time.Time{}))
+	for _, past := range []time.Time{time.Unix(0, 0), time.Unix(-5, 0), monoBase.Round(0).Add(-time.Second), monoBase.Add(-time.Second)} {
+		assert.Equal(t, mono(1), clockNow().of(askedOf(past)), "%v: long passed", past)
+	}
+	far := clockNow().of(askedOf(time.Date(9999, 1, 1, 0, 0, 0, 0, time.Local)))
+	assert.Greater(t, far, monoNow()+int64(100*365*24*time.Hour), "centuries ahead stays centuries ahead")
+}
+
+// withAsked records a as asked, for the tests.
+func (d *deadline) withAsked(a mono) *deadline {
+	d.asked.Store(a)
+	d.applied.Store(asAsked)
+	return d
+}
+
+// A step of the wall clock since the process started moves no deadline
+// maint puts on a socket: go-redis's deadline, read off the stepped wall
+// clock, is relaxed to the relaxed timeout from now, whether it was set
+// during the maintenance or before it (refloor), not to an hour more or
+// less; one that needs no floor goes to the socket as go-redis gave it
+// (the stepped clock is the test's alone: the socket's time.Until reads
+// the real one, hence got.Add(-step) there).
+func TestWallClockStepMovesNoDeadline(t *testing.T) {
+	real := clockNow
+	t.Cleanup(func() { clockNow = real }) // after the Maints' Close (cleanups run last first)
+	for _, step := range []time.Duration{time.Hour, -time.Hour} {
+		clockNow = func() clock { k := real(); k.wall += int64(step); return k }
+		stepped := func() time.Time { return time.Unix(0, clockNow().wall) } // what go-redis reads
+
+		m := New(WithLogf(t.Logf), WithRelaxedTimeout(2*time.Second))
+		t.Cleanup(func() { _ = m.Close() })
+		c, raw := wrapDL(t, m, "127.0.0.2:6379", nil)
+		oweReply(t, c)
+		require.NoError(t, c.SetReadDeadline(stepped().Add(time.Second))) // quiet: as asked
+		got, _ := raw.lastRead()
+		assert.InDelta(t, time.Second, time.Until(got.Add(-step)), float64(500*time.Millisecond), "step %v: as asked", step)
+
+		m.relax(c.n, notif(resp.KindMigrating, 1, "")) // refloor
+		got, _ = raw.lastRead()
+		assert.InDelta(t, 2*time.Second, time.Until(got), float64(500*time.Millisecond), "step %v: refloored", step)
+
+		require.NoError(t, c.SetReadDeadline(stepped().Add(time.Second))) // during the maintenance
+		got, _ = raw.lastRead()
+		assert.InDelta(t, 2*time.Second, time.Until(got), float64(500*time.Millisecond), "step %v: relaxed", step)
+		assert.True(t, c.rdl.raised(), "step %v", step)
+
+		require.NoError(t, c.SetReadDeadline(stepped().Add(time.Minute))) // longer than the floor
+		got, _ = raw.lastRead()
+		assert.InDelta(t, time.Minute, time.Until(got.Add(-step)), float64(time.Second), "step %v: a longer deadline as asked", step)
+		assert.False(t, c.rdl.raised(), "step %v", step)
+		_ = m.Close()
+	}
+}
+
 // A timeout names the relaxation only when one was applied to the deadline
 // that expired; a probe's deadline (no reply owed) is never relaxed, however
 // short, and a reply's always is.

@@ -290,6 +290,7 @@ const (
 // check under full-duplex autopipelining. Counters are atomic.
 type conn struct {
 	raw    net.Conn
+	rawRd  io.Reader // raw, converted once: a conversion per Read looks its itab up
 	m      *Maint
 	t      *target
 	n      *node
@@ -371,7 +372,7 @@ func (m *Maint) wrap(t *target, raw net.Conn, remote string) *conn {
 	if key == "" {
 		key = "?" + t.addr
 	}
-	c := &conn{raw: raw, m: m, t: t, remote: remote}
+	c := &conn{raw: raw, rawRd: raw, m: m, t: t, remote: remote}
 	c.rd.Strip = c.strip
 	c.check.c = c
 	c.peekFn = c.peek
@@ -438,12 +439,12 @@ func (c *conn) Read(p []byte) (int, error) {
 	if c.checking.Load() && c.checking.Swap(false) {
 		// Inside the pool's health check: only what is there already.
 		_ = c.raw.SetReadDeadline(time.Now().Add(2 * time.Millisecond))
-		n, err := c.rd.Read(c.raw, p)
+		n, err := c.rd.Read(c.rawRd, p)
 		c.countReplies()
 		c.restoreRead()
 		return n, c.ioErr(err, nil)
 	}
-	n, err := c.rd.Read(c.raw, p)
+	n, err := c.rd.Read(c.rawRd, p)
 	if err == nil && c.rd.NextIsDropped() {
 		n, err = c.readOptInReply(p, n) // handshake.go
 	}

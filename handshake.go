@@ -91,7 +91,7 @@ func (m *Maint) takeTurn(c *conn) bool {
 // is waited for rather than asked again by every connection of a burst.
 func (c *conn) handshakeBound() time.Duration {
 	d := handshakeWait
-	if asked := c.wdl.asked.Load(); asked != 0 {
+	if asked := c.wdl.askedMono(); asked != 0 {
 		if left := time.Duration(asked-monoNow()) - handshakeMargin; left > d {
 			d = left
 		}
@@ -297,21 +297,21 @@ func isHello3(p []byte) bool {
 // reply. Read here, before go-redis writes its next command, a replayed
 // MOVING retires the connection before it carries one (refusesFirstUse).
 // Bounded by optInReplyWait, or go-redis's read deadline if sooner: past
-// it, the reply is read whenever it comes, as before. It returns the bytes of p filled, and an error other than
-// the bound's timeout.
+// it, the reply is read whenever it comes, as before. It returns the bytes
+// of p filled, and an error other than the bound's timeout.
 func (c *conn) readOptInReply(p []byte, n int) (int, error) {
 	if n >= len(p) {
 		return n, nil
 	}
 	bound := time.Now().Add(optInReplyWait)
-	if asked := c.rdl.socket(); asked != 0 && fromMono(asked).Before(bound) {
-		bound = fromMono(asked) // go-redis's own deadline is sooner
+	if asked := c.rdl.socket(); !asked.IsZero() && asked.Before(bound) {
+		bound = asked // go-redis's own deadline is sooner
 	}
 	_ = c.raw.SetReadDeadline(bound)
 	var err error
 	for n < len(p) && c.rd.NextIsDropped() {
 		var k int
-		k, err = c.rd.ReadDrop(c.raw, p[n:])
+		k, err = c.rd.ReadDrop(c.rawRd, p[n:])
 		n += k
 		if err != nil {
 			break

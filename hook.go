@@ -104,7 +104,10 @@ func (m *Maint) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			}
 		}
 		err := next(ctx, cmd)
-		if err != nil && errors.Is(err, redis.ErrPoolTimeout) {
+		if err == nil {
+			return nil // every command while nothing fails: no more checks
+		}
+		if errors.Is(err, redis.ErrPoolTimeout) {
 			err = m.poolRetry(ctx, func() error { return next(ctx, cmd) }, err)
 		}
 		if err != nil && m.notWrittenErr(err) && !(errors.Is(err, errHandshakeCut) && handshakeOnly(cmd)) {

@@ -55,7 +55,9 @@ type perCommand struct {
 }
 
 func newPerCommand(want int, writes ...string) *perCommand {
-	p := &perCommand{want: want, buf: make([]byte, 32<<10), deadline: time.Unix(1<<40, 0)}
+	// The deadline has go-redis's shape: a wall-clock time in Local, an
+	// hour ahead (time.Unix(0, now).Add(timeout)).
+	p := &perCommand{want: want, buf: make([]byte, 32<<10), deadline: time.Unix(0, time.Now().UnixNano()).Add(time.Hour)}
 	for _, w := range writes {
 		p.writes = append(p.writes, []byte(w))
 	}

@@ -163,6 +163,9 @@ func FuzzStripper(f *testing.F) {
 		"$1\r\na\r\n$12\r\nhello, world\r\n$-1\r\n$0\r\n\r\n$3\r\nabc\r\n" + movingFrame + "$1\r\nz\r\n",
 		"*4\r\n$1\r\na\r\n$-1\r\n$10\r\n0123456789\r\n$100\r\n" + strings.Repeat("x", 100) + "\r\n$2\r\nok\r\n",
 		"$2\r\nab\r\n$2\r\nab\n\r$1\r\nx\r\n",
+		// Pushes of bulk strings (pub/sub messages), framed the same way.
+		">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$-1\r\n>4\r\n$8\r\npmessage\r\n$1\r\np\r\n$2\r\nch\r\n$64\r\n" +
+			strings.Repeat("x", 64) + "\r\n>1\r\n$7\r\nmessage\r\n" + movingFrame + ">3\r\n$7\r\nmessage\r\n:1\r\n$1\r\nx\r\n",
 	} {
 		f.Add([]byte(in), []byte{3}, uint16(7), uint16(0), false)
 	}

@@ -79,7 +79,20 @@ type Written struct {
 // commands completed before the fault, and Lost reports true from then on.
 // Once the stream is lost, Feed returns 0.
 func (w *Written) Feed(p []byte) int {
-	n, i := 0, 0
+	if w.st != wsStart || w.lost {
+		return w.feed(p, 0, 0)
+	}
+	// The common write: whole commands of the common shape, framed by
+	// wholes alone.
+	n, i := w.wholes(p, 0)
+	if i == len(p) {
+		return n
+	}
+	return w.feed(p, i, n)
+}
+
+// feed is Feed from p[i:], n commands already completed in p.
+func (w *Written) feed(p []byte, i, n int) int {
 	for i < len(p) && !w.lost {
 		if w.st == wsStart {
 			k, j := w.wholes(p, i)
@@ -123,28 +136,32 @@ func (w *Written) wholes(b []byte, i int) (n, next int) {
 	last, multi := w.last, w.multi
 cmds:
 	for i >= 0 && i <= len(b)-10 { // a complete command has ten bytes or more
-		// The count: one digit, or the general rules.
+		// The count and the name's header: in the common case (a count
+		// and a name length of one digit each, "*2\r\n$3\r\n") both in
+		// the one load, else by the general rules.
 		v := binary.LittleEndian.Uint64(b[i : i+8])
 		if byte(v) != '*' {
 			break
 		}
-		args, a := int(byte(v>>8)-'0'), i+4
-		if args == 0 || args > 9 || uint16(v>>16) != crlf {
-			// n == 0 also covers an empty count: slow decides.
-			args, a = lenField(b, i+1)
-			if a == 0 || args == 0 || args > MaxAggregateLen {
-				break
+		args, a, at, size := int(byte(v>>8)-'0'), i+4, i+8, int(byte(v>>40)-'0')
+		if v&0xffff00ff_ffff00ff != 0x0a0d0024_0a0d002a || uint(args-1) > 8 || uint(size) > 9 {
+			if args == 0 || args > 9 || uint16(v>>16) != crlf {
+				// n == 0 also covers an empty count: slow decides.
+				args, a = lenField(b, i+1)
+				if a == 0 || args == 0 || args > MaxAggregateLen {
+					break
+				}
 			}
-		}
-		// The name.
-		at, size := 0, 0
-		if a >= 0 && a <= len(b)-8 {
-			if hdr, sz := shortBulk(binary.LittleEndian.Uint64(b[a : a+8])); hdr != 0 {
-				at, size = a+hdr, sz
+			// The name.
+			at, size = 0, 0
+			if a >= 0 && a <= len(b)-8 {
+				if hdr, sz := shortBulk(binary.LittleEndian.Uint64(b[a : a+8])); hdr != 0 {
+					at, size = a+hdr, sz
+				}
 			}
-		}
-		if at == 0 {
-			at, size = longBulk(b, a)
+			if at == 0 {
+				at, size = longBulk(b, a)
+			}
 		}
 		e := at + size
 		if at == 0 || !crlfAt(b, e) {
