@@ -1237,7 +1237,7 @@ func (s *Stripper) ReadDrop(r io.Reader, p []byte) (int, error) {
 	}
 	s.untilDrop = true
 	defer func() { s.untilDrop = false }()
-	return s.Read(r, p)
+	return s.read(r, p) // the general rules: Read's shortcut reads without looking
 }
 
 // TakeDropped records frame as the dropped reply, for a caller that takes
