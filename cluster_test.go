@@ -77,7 +77,7 @@ func reshard(t *testing.T, maxRetries int, remove, options bool) {
 	// The CLUSTER SLOTS round trips: go-redis's own reload on a MOVED met
 	// before maint read the SMIGRATED, at most (contract_cluster_test.go).
 	assert.LessOrEqual(t, ce.slotMaps()-mapsBefore, int64(1), "slot-map round trips for the SMIGRATED")
-	assert.Zero(t, cst.Contradicted)
+	ce.contradictionsOnlyAhead(t)
 	if remove {
 		assert.Zero(t, src.Stats().Cluster.ClosedAtRemoval, "connections the removed endpoint had to close")
 		assert.Zero(t, src.Stats().OwedAtClose, "replies owed when the removed endpoint closed")
@@ -153,7 +153,7 @@ func TestClusterMigrationsInARowAndANewNode(t *testing.T) {
 			t.Logf("redirects of commands sent after maint read an SMIGRATED: %d %v", ce.lateRedirects.Load(), ce.late)
 			assert.EqualValues(t, 2, cst.SMigrated+cst.Stale+cst.Unapplied, "each SMIGRATED handled once")
 			assert.EqualValues(t, 1, cst.Unapplied, "the move to a node the slot map did not have yet: go-redis reloaded from the cluster")
-			assert.Zero(t, cst.Contradicted, "maint never served a map the cluster disagreed with")
+			ce.contradictionsOnlyAhead(t) // maint never served a map the cluster disagreed with
 			assert.Zero(t, cst.Emptied, "no node was emptied")
 		})
 	}

@@ -1332,6 +1332,7 @@ type clusterEnv struct {
 	cc    *redis.ClusterClient
 	g     *maint.Group
 	ev    *eventLog
+	logs  logLines // the Maints' log lines, in order
 
 	smigratedAt   atomic.Int64 // UnixNano when maint read the first SMIGRATED
 	lateRedirects atomic.Int64 // MOVED/ASK replies to commands sent after it
@@ -1359,7 +1360,10 @@ func newClusterEnv(t *testing.T, maxRetries int, options bool) *clusterEnv {
 		ReadTimeout:  2 * time.Second,
 		WriteTimeout: 2 * time.Second,
 	}
-	mopts := []maint.Option{maint.WithLogf(t.Logf), maint.WithOnEvent(func(e maint.Event) {
+	mopts := []maint.Option{maint.WithLogf(func(f string, a ...any) {
+		t.Logf(f, a...)
+		ce.logs.logf(f, a...)
+	}), maint.WithOnEvent(func(e maint.Event) {
 		ce.ev.add(e)
 		if e.Kind == maint.EventNotification && strings.HasPrefix(e.Detail, "SMIGRATED") {
 			ce.smigratedAt.CompareAndSwap(0, e.At.UnixNano())
