@@ -350,11 +350,15 @@ type conn struct {
 	// (anything but its handshake's); optInAt is the number of replies the
 	// Stripper had counted when the opt-in's reply was read, plus one (0:
 	// not opted in yet). See handshake.go, noteHandshakeWrite and replayed.
-	carried   atomic.Bool
-	told      atomic.Bool // it read a MOVING of its node itself (onMoving)
-	optInAt   atomic.Uint64
-	optInTime atomic.Int64 // mono: when the opt-in was written or its reply read
-	hsLead    *hsState     // the endpoint's opt-in others wait for is this one's (guarded by handshakes.mu)
+	carried atomic.Bool
+	// awaitOptIn: the opt-in was written behind HELLO and its reply not
+	// read yet (readOptInReply). Written and read by go-redis's goroutine of
+	// the connection's handshake, then by its reader only.
+	awaitOptIn bool
+	told       atomic.Bool // it read a MOVING of its node itself (onMoving)
+	optInAt    atomic.Uint64
+	optInTime  atomic.Int64 // mono: when the opt-in was written or its reply read
+	hsLead     *hsState     // the endpoint's opt-in others wait for is this one's (guarded by handshakes.mu)
 
 	closeOnce  sync.Once
 	closeErr   atomic.Pointer[error] // why the Maint closed it
@@ -445,7 +449,7 @@ func (c *conn) Read(p []byte) (int, error) {
 		return n, c.ioErr(err, nil)
 	}
 	n, err := c.rd.Read(c.rawRd, p)
-	if err == nil && c.rd.NextIsDropped() {
+	if c.awaitOptIn && err == nil && c.rd.NextIsDropped() {
 		n, err = c.readOptInReply(p, n) // handshake.go
 	}
 	c.countReplies()
@@ -499,19 +503,15 @@ func (c *conn) Write(p []byte) (int, error) {
 	} else if c.wr.Lost() && !c.lost.Load() {
 		c.lost.Store(true)
 	}
-	movable := false
-	if !c.carried.Load() {
-		movable = c.noteHandshakeWrite(p) // handshake.go
+	// A new connection's first command of the application may be refused
+	// (handshake.go, refusesFirstUse): counted first, like a close's.
+	if !c.carried.Load() && c.noteHandshakeWrite(p) && c.refusesFirstUse(k) {
+		return 0, c.notWritten(c.ioErr(net.ErrClosed, nil))
 	}
 	// Counted, then the state read: a close at the drain cap either sees the
 	// command (and leaves the connection open) or is seen here, and the
 	// command stays off the wire (see closeIfClosable).
-	if s := c.state.Load(); s != stateActive {
-		if s >= stateClosed && c.closedUnder() {
-			return 0, c.notWritten(c.ioErr(net.ErrClosed, nil))
-		}
-	}
-	if movable && c.refusesFirstUse(k) {
+	if s := c.state.Load(); s >= stateClosed && c.closedUnder() {
 		return 0, c.notWritten(c.ioErr(net.ErrClosed, nil))
 	}
 	if !c.m.mis.checked() {
@@ -568,7 +568,15 @@ func (c *conn) closedUnder() bool {
 // sees the close and keeps the command off the wire. Without that, a command
 // written between the decision and the socket's close would have its reply
 // cut and go-redis would run it again.
-func (c *conn) closeIfClosable(why error) (closed, owed, blocking bool) {
+//
+// With keepUnused, a connection told of the MOVING in its handshake that
+// has carried no command of the application yet is left as it is: it is
+// most likely in go-redis's hand, between its handshake and the command it
+// was dialled for, and that command decides (refusesFirstUse moves it to
+// another connection; a WATCH or a subscription runs where it is, which a
+// close here would fail). Idle in the pool, it is refused at its next turn,
+// or closed by the server at the window's end with nothing on it.
+func (c *conn) closeIfClosable(why error, keepUnused bool) (closed, owed, blocking bool) {
 	var s uint32
 	for {
 		s = c.state.Load()
@@ -578,6 +586,10 @@ func (c *conn) closeIfClosable(why error) (closed, owed, blocking bool) {
 		if c.state.CompareAndSwap(s, stateClosing) {
 			break
 		}
+	}
+	if keepUnused && c.told.Load() && !c.carried.Load() && !c.sub.Load() {
+		c.state.CompareAndSwap(stateClosing, s)
+		return false, false, false
 	}
 	if !c.closable() {
 		b := c.lastBlocking.Load()

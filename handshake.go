@@ -259,6 +259,7 @@ func (c *conn) writeFirst(p []byte, commands int) (int, error) {
 		return c.raw.Write(p) // no RESP3 here, or the endpoint refused it lately
 	}
 	c.rd.OnDropped = c.onHandshakeReply
+	c.awaitOptIn = true
 	// The replies to the commands of p are go-redis's (HELLO alone, in
 	// go-redis v9.23: TestGoRedisWritesHelloFirst); the next one is ours.
 	c.rd.DropReply(commands)
@@ -331,6 +332,7 @@ const optInReplyWait = 100 * time.Millisecond
 // onHandshakeReply receives the reply to the injected opt-in, which the
 // Stripper took out of the stream.
 func (c *conn) onHandshakeReply(frame []byte) {
+	c.awaitOptIn = false
 	c.optInTime.Store(monoNow())
 	c.optInAt.Store(c.rd.Replies() + 1) // the dropped reply is not counted
 	if len(frame) == 0 {

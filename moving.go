@@ -578,7 +578,7 @@ func (m *Maint) retireConn(c *conn, refuse bool) bool {
 // of those wait on a blocking command.
 func (m *Maint) closeRetired(n *node, final bool) (closed, owed, blocking int) {
 	for _, c := range n.snapshot() {
-		cl, o, b := c.closeIfClosable(ErrDrainCap)
+		cl, o, b := c.closeIfClosable(ErrDrainCap, !final)
 		switch {
 		case o:
 			owed++
