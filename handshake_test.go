@@ -418,9 +418,16 @@ type lateOptInServer struct {
 }
 
 func newLateOptInServer(t *testing.T, delay time.Duration, to string) *lateOptInServer {
+	s := &lateOptInServer{}
+	s.ln = serveLoopback(t, func(c net.Conn) { s.serve(c, delay, to) })
+	return s
+}
+
+// serveLoopback serves each connection to a new listener on 127.0.0.2 with
+// handle, on a goroutine of its own, until the test ends.
+func serveLoopback(t *testing.T, handle func(net.Conn)) net.Listener {
 	ln, err := net.Listen("tcp", "127.0.0.2:0")
 	require.NoError(t, err)
-	s := &lateOptInServer{ln: ln}
 	t.Cleanup(func() { _ = ln.Close() })
 	go func() {
 		for {
@@ -428,10 +435,10 @@ func newLateOptInServer(t *testing.T, delay time.Duration, to string) *lateOptIn
 			if err != nil {
 				return
 			}
-			go s.serve(c, delay, to)
+			go handle(c)
 		}
 	}()
-	return s
+	return ln
 }
 
 func (s *lateOptInServer) serve(c net.Conn, delay time.Duration, to string) {
@@ -484,37 +491,25 @@ func TestHelloReplyWaitsForTheOptInReply(t *testing.T) {
 // +OK, except that it runs an INCR (counting it) and closes the connection
 // before answering it. It returns its address.
 func miniServer(t *testing.T, incrs *atomic.Int64) string {
-	ln, err := net.Listen("tcp", "127.0.0.2:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
+	return serveLoopback(t, func(c net.Conn) {
+		defer c.Close()
+		br := bufio.NewReader(c)
 		for {
-			c, err := ln.Accept()
-			if err != nil {
+			args, err := readCommand(br)
+			if err != nil || len(args) == 0 {
 				return
 			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					args, err := readCommand(br)
-					if err != nil || len(args) == 0 {
-						return
-					}
-					switch strings.ToLower(args[0]) {
-					case "hello":
-						_, _ = c.Write([]byte("%1\r\n$5\r\nproto\r\n:3\r\n"))
-					case "incr":
-						incrs.Add(1)
-						return
-					default:
-						_, _ = c.Write([]byte("+OK\r\n"))
-					}
-				}
-			}()
+			switch strings.ToLower(args[0]) {
+			case "hello":
+				_, _ = c.Write([]byte("%1\r\n$5\r\nproto\r\n:3\r\n"))
+			case "incr":
+				incrs.Add(1)
+				return
+			default:
+				_, _ = c.Write([]byte("+OK\r\n"))
+			}
 		}
-	}()
-	return ln.Addr().String()
+	}).Addr().String()
 }
 
 // A write that starts with a command of the handshake's kind (CLIENT
@@ -544,24 +539,13 @@ func TestHandshakeCommandsAheadOfTheApplicationsRunOnce(t *testing.T) {
 // maint runs a command whose connection was cut in its handshake again
 // once, and never the handshake's own commands.
 func TestServerClosingEveryHandshakeCostsFewDials(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.2:0")
-	require.NoError(t, err)
-	defer ln.Close()
 	var accepts atomic.Int64
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepts.Add(1)
-			go func() {
-				_, _ = c.Read(make([]byte, 4096))
-				_, _ = c.Write([]byte("-ERR max number of clients reached\r\n"))
-				_ = c.Close()
-			}()
-		}
-	}()
+	ln := serveLoopback(t, func(c net.Conn) {
+		accepts.Add(1)
+		_, _ = c.Read(make([]byte, 4096))
+		_, _ = c.Write([]byte("-ERR max number of clients reached\r\n"))
+		_ = c.Close()
+	})
 	for _, r := range routes[:2] {
 		t.Run(r.name, func(t *testing.T) {
 			accepts.Store(0)
