@@ -683,13 +683,9 @@ func (c *conn) refusesFirstUse(k int) bool {
 		return true // closed meanwhile (go-redis, or the drain cap): not written either way
 	}
 	c.m.c.doomed.Add(1)
-	seq := int64(0)
-	if r := c.n.run.Load(); r != nil {
-		r.tally.doomed.Add(1)
-		seq = r.seq
-	}
-	c.m.emit(Event{Kind: EventDoomed, Node: c.n.key, Seq: seq,
-		Detail: "retired before its first command: the command goes to another connection"})
+	r.tally.doomed.Add(1)
+	c.m.emit(Event{Kind: EventDoomed, Node: c.n.key, Seq: r.seq,
+		Detail: "on the moving node past its last call before its first command: the command goes to another connection"})
 	return true
 }
 
