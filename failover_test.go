@@ -207,8 +207,8 @@ func TestFailoverClientFailedOverSameMasterRetiresNothing(t *testing.T) {
 	r.e.old.FailingOver(0, "1")
 	waitFor(t, "FAILING_OVER read", 5*time.Second, func() bool { return r.g.Stats().Relaxations > 0 })
 	failedOver := time.Now()
+	before := r.ds.Stats().MasterQueries // before the FAILED_OVER: maint may ask before FailedOver returns
 	r.e.old.FailedOver("1")
-	before := r.ds.Stats().MasterQueries
 	waitFor(t, "the service asked after FAILED_OVER", 5*time.Second, func() bool { return r.ds.Stats().MasterQueries > before })
 	served := r.e.old.Stats().Served
 	waitFor(t, "load on the master", 10*time.Second, func() bool { return r.e.old.Stats().Served > served+300 })
