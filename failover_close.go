@@ -264,11 +264,12 @@ func (m *Maint) txNotWritten(cmds []redis.Cmder, err error) error {
 	return first
 }
 
-// clearErrs clears the errors of a batch before maint runs it again, so
-// that what the rerun leaves is its own.
-func clearErrs(cmds []redis.Cmder) {
+// setErrs sets err on every command of a batch: the hold's error, or nil
+// before maint runs the batch again, so that what the rerun leaves is its
+// own.
+func setErrs(cmds []redis.Cmder, err error) {
 	for _, c := range cmds {
-		c.SetErr(nil)
+		c.SetErr(err)
 	}
 }
 
@@ -323,9 +324,12 @@ func (d *deferredCloses) len() int {
 	return len(d.set)
 }
 
-// waitTurn makes a command run again (rerunNotWritten) wait for the holds
-// in force, as a new command does: its connection was refused because its
-// node is moving, and the hold is what keeps it off that node.
+// waitTurn makes a command wait for the holds in force: a command run
+// again (rerunNotWritten), whose connection was refused because its node is
+// moving, waits as a new command does, the hold being what keeps it off
+// that node. The process hooks' own check on every command is this one
+// written out, where it inlines to one load (this function is one over
+// the inliner's budget).
 func (m *Maint) waitTurn(ctx context.Context) error {
 	if m.ho.holding() {
 		return m.waitHolds(ctx)
@@ -348,6 +352,13 @@ func (m *Maint) rerunNotWritten(ctx context.Context, again func() error, err err
 		err = again()
 	}
 	return err
+}
+
+// runsAgain reports whether the process hooks run cmds again after err:
+// it says they were not written (notWrittenErr), and they are not the
+// handshake's own commands cut with their connection (handshakeOnly).
+func (m *Maint) runsAgain(err error, cmds ...redis.Cmder) bool {
+	return m.notWrittenErr(err) && !(errors.Is(err, errHandshakeCut) && handshakeOnly(cmds...))
 }
 
 // handshakeOnly reports whether cmds are all commands of a connection's

@@ -86,17 +86,15 @@ func (m *Maint) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			if sc, ok := cmd.(*redis.ClusterSlotsCmd); ok {
 				// Before any hold: a map served needs no connection.
 				return cs.clusterSlots(ctx, m, sc, func(ctx context.Context, cmd redis.Cmder) error {
-					if m.ho.holding() {
-						if err := m.waitHolds(ctx); err != nil {
-							cmd.SetErr(err)
-							return err
-						}
+					if err := m.waitTurn(ctx); err != nil {
+						cmd.SetErr(err)
+						return err
 					}
 					return next(ctx, cmd)
 				})
 			}
 		}
-		if m.ho.holding() {
+		if m.ho.holding() { // waitTurn, written out: one load per command, inlined
 			if err := m.waitHolds(ctx); err != nil {
 				cmd.SetErr(err)
 				m.noteErr(err)
@@ -110,7 +108,7 @@ func (m *Maint) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if errors.Is(err, redis.ErrPoolTimeout) {
 			err = m.poolRetry(ctx, func() error { return next(ctx, cmd) }, err)
 		}
-		if err != nil && m.notWrittenErr(err) && !(errors.Is(err, errHandshakeCut) && handshakeOnly(cmd)) {
+		if err != nil && m.runsAgain(err, cmd) {
 			err = m.rerunNotWritten(ctx, func() error {
 				if err := m.waitTurn(ctx); err != nil {
 					cmd.SetErr(err)
@@ -125,8 +123,6 @@ func (m *Maint) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 					cs.checkMoved(m, s, err)
 				}
 			}
-		}
-		if err != nil {
 			m.noteErr(err) // outcomes.go
 		}
 		return err
@@ -156,11 +152,9 @@ func (m *Maint) poolRetry(ctx context.Context, again func() error, err error) er
 func (m *Maint) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	m.hooked.Store(true)
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if m.ho.holding() {
+		if m.ho.holding() { // waitTurn, written out: one load per pipeline, inlined
 			if err := m.waitHolds(ctx); err != nil {
-				for _, cmd := range cmds {
-					cmd.SetErr(err)
-				}
+				setErrs(cmds, err)
 				m.noteErr(err)
 				return err
 			}
@@ -169,15 +163,13 @@ func (m *Maint) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 		if err != nil && errors.Is(err, redis.ErrPoolTimeout) {
 			err = m.poolRetry(ctx, func() error { return next(ctx, cmds) }, err)
 		}
-		if err != nil && m.notWrittenErr(err) && !(errors.Is(err, errHandshakeCut) && handshakeOnly(cmds...)) {
+		if err != nil && m.runsAgain(err, cmds...) {
 			err = m.rerunNotWritten(ctx, func() error {
 				if err := m.waitTurn(ctx); err != nil {
-					for _, cmd := range cmds {
-						cmd.SetErr(err)
-					}
+					setErrs(cmds, err)
 					return err
 				}
-				clearErrs(cmds)
+				setErrs(cmds, nil)
 				return m.txNotWritten(cmds, next(ctx, cmds))
 			}, m.txNotWritten(cmds, err))
 		}
