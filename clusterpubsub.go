@@ -226,8 +226,11 @@ func shardCommand(p []byte) uint8 {
 	return shardNone
 }
 
-// eqFoldASCII reports whether b is lower, ignoring ASCII case.
+// eqFoldASCII reports whether b is lower (lower case), ignoring ASCII case.
 func eqFoldASCII(b []byte, lower string) bool {
+	if len(b) != len(lower) {
+		return false
+	}
 	for i := 0; i < len(b); i++ {
 		c := b[i]
 		if 'A' <= c && c <= 'Z' {

@@ -274,21 +274,10 @@ func (c *conn) writeFirst(p []byte, commands int) (int, error) {
 	return n, nil
 }
 
-// isHello3 reports whether p starts with a HELLO 3 command.
+// isHello3 reports whether p starts with a whole HELLO 3 command.
 func isHello3(p []byte) bool {
-	if len(p) < 4 || p[0] != '*' {
-		return false
-	}
-	i := bytes.Index(p, []byte("\r\n"))
-	if i < 0 {
-		return false
-	}
-	rest := p[i+2:]
-	const hello = "$5\r\nhello\r\n$1\r\n3\r\n"
-	if len(rest) < len(hello) {
-		return false
-	}
-	return strings.EqualFold(string(rest[:len(hello)]), hello)
+	name, arg, _ := commandAt(p, 0)
+	return eqFoldASCII(name, "hello") && string(arg) == "3"
 }
 
 // readOptInReply reads on after a read (n bytes of p) that completed the
@@ -415,9 +404,9 @@ func (c *conn) noteHandshakeWrite(p []byte) (movable bool) {
 		}
 		if !isHandshakeCommand(name) {
 			c.carried.Store(true)
-			return !named(name, "watch") && !isSubscribing(name)
+			return !eqFoldASCII(name, "watch") && !isSubscribing(name)
 		}
-		if named(name, "client") && named(arg, "maint_notifications") {
+		if eqFoldASCII(name, "client") && eqFoldASCII(arg, "maint_notifications") {
 			c.optInTime.Store(monoNow())
 			c.optInAt.Store(c.written.Load() + 1) // its reply is the written-th
 		}
@@ -430,37 +419,18 @@ func (c *conn) noteHandshakeWrite(p []byte) (movable bool) {
 	return true
 }
 
-// named reports whether b is lower (lower case) in any letter case.
-func named(b []byte, lower string) bool { return len(b) == len(lower) && eqFoldASCII(b, lower) }
-
 // isHandshakeCommand reports whether name is one of the commands go-redis
 // opens a connection with (redis.go initConn), which an application may
 // also send itself: never a command maint moves or runs again.
 func isHandshakeCommand(name []byte) bool {
-	switch len(name) {
-	case 4:
-		return eqFoldASCII(name, "auth")
-	case 5:
-		return eqFoldASCII(name, "hello")
-	case 6:
-		return eqFoldASCII(name, "select") || eqFoldASCII(name, "client")
-	case 8:
-		return eqFoldASCII(name, "readonly")
-	}
-	return false
+	return eqFoldASCII(name, "auth") || eqFoldASCII(name, "hello") || eqFoldASCII(name, "select") ||
+		eqFoldASCII(name, "client") || eqFoldASCII(name, "readonly")
 }
 
 // isSubscribing reports whether name makes a connection a subscriber.
 func isSubscribing(name []byte) bool {
-	switch len(name) {
-	case 7:
-		return eqFoldASCII(name, "monitor")
-	case 9:
-		return eqFoldASCII(name, "subscribe")
-	case 10:
-		return eqFoldASCII(name, "psubscribe") || eqFoldASCII(name, "ssubscribe")
-	}
-	return false
+	return eqFoldASCII(name, "subscribe") || eqFoldASCII(name, "psubscribe") ||
+		eqFoldASCII(name, "ssubscribe") || eqFoldASCII(name, "monitor")
 }
 
 // replayed reports whether a notification read now on c comes right behind
