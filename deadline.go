@@ -145,11 +145,11 @@ func (d *deadline) socket() time.Time {
 // askedMono returns what go-redis asked for on the monotonic clock, 0 for
 // none.
 func (d *deadline) askedMono() mono {
-	if a := d.asked.Load(); a < 0 {
+	a := d.asked.Load()
+	if a < 0 {
 		return clockNow().of(a)
-	} else {
-		return a
 	}
+	return a
 }
 
 // markAsAsked records that the socket has what was asked.
