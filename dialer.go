@@ -624,7 +624,7 @@ func (c *conn) notWritten(err error) error {
 // it again rather than fail it. Only where they can (the Maint is in the
 // client's hooks); go-redis's own retries see the cause through the wrap.
 func (c *conn) unusedErr(err error) error {
-	if err == nil || c.carried.Load() || !c.m.hooked.Load() || !peerClosed(err) {
+	if err == nil || c.carried.Load() || !c.m.hooked.Load() || !isServerClose(err) {
 		return err
 	}
 	return fmt.Errorf("%w (%w)", errHandshakeCut, err)
@@ -636,8 +636,9 @@ func (c *conn) unusedErr(err error) error {
 // proxy) must not cost a burst of dials per command.
 var errHandshakeCut = fmt.Errorf("%w: the server closed the connection in its handshake", errNotWritten)
 
-// peerClosed reports whether err is the server's close of the connection.
-func peerClosed(err error) bool {
+// isServerClose reports whether err is the server's close of the
+// connection (an end of stream, a reset, a broken pipe).
+func isServerClose(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }

@@ -393,11 +393,10 @@ func (m *Maint) noteRefusal(c *conn, msg string) {
 // the writer, before the bytes leave, while the connection is new: the hot
 // path pays one load for it.
 func (c *conn) noteHandshakeWrite(p []byte) (movable bool) {
-	first := true
-	for i := 0; ; first = false {
+	for i := 0; ; {
 		name, arg, next := commandAt(p, i)
 		if name == nil {
-			if first {
+			if i == 0 {
 				break // not a command go-redis writes: the application's
 			}
 			return false // the handshake's commands, all of them
