@@ -146,7 +146,7 @@ func TestNamedSuccessorByHostNameStopsProbing(t *testing.T) {
 			defer l.stop()
 			waitFor(t, "four connections in use, opted in", 10*time.Second, func() bool {
 				st := e.old.Stats()
-				return st.Open >= 4 && st.OptedIn >= st.Open
+				return st.Open >= 4 && st.OpenOptedIn == st.Open
 			})
 			oldOpen, newOpened := e.old.Stats().Open, e.new.Stats().Opened
 			e.old.SendRaw(resp.AppendMoving(nil, 1, int64(window/time.Second), net.JoinHostPort(succHost, e.new.Port()), false))

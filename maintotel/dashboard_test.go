@@ -125,9 +125,9 @@ func TestDashboardOnPrometheus(t *testing.T) {
 		want(series{"db_client_connection_pool_name": pool}, eq(1)))
 	prom.waitFor(t, "first closures scraped", `sum(redis_client_connection_closed_total{job="`+job+`"})`,
 		want(series{}, atLeast(1)))
-	for deadline := time.Now().Add(20 * time.Second); e.new.Stats().OptedIn < 4; pingAll(rdb) {
+	for deadline := time.Now().Add(20 * time.Second); e.new.Stats().OpenOptedIn < 4; pingAll(rdb) {
 		if time.Now().After(deadline) {
-			t.Fatalf("connections opted in on the new node: %d", e.new.Stats().OptedIn)
+			t.Fatalf("connections open and opted in on the new node: %d", e.new.Stats().OpenOptedIn)
 		}
 	}
 	e.new.Moving(mainttest.Moving{Window: time.Second, To: e.old, DNSHost: host})

@@ -51,13 +51,14 @@ func newEnv(t *testing.T) *env {
 }
 
 // warm makes sure the client's connections are open and opted in, so
-// that each gets its copy of what the endpoint sends next.
+// that each gets its copy of what the endpoint sends next: the pool's four
+// are open now (OptedIn also counts those closed since).
 func (e *env) warm(t *testing.T, rdb *redis.Client) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
-	for e.old.Stats().OptedIn < 4 {
+	for st := e.old.Stats(); st.OpenOptedIn < 4; st = e.old.Stats() {
 		if time.Now().After(deadline) {
-			t.Fatalf("connections opted in: %d", e.old.Stats().OptedIn)
+			t.Fatalf("connections open and opted in: %d of %d open", st.OpenOptedIn, st.Open)
 		}
 		pingAll(rdb)
 	}
@@ -100,6 +101,29 @@ func (l *events) add(e maint.Event) {
 	select {
 	case l.more <- struct{}{}:
 	default:
+	}
+}
+
+// sum adds up the counts of the events of kind k.
+func (l *events) sum(k maint.EventKind) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, e := range l.evs {
+		if e.Kind == k {
+			n += e.Count
+		}
+	}
+	return n
+}
+
+// dump logs the events seen, for a failure's story.
+func (l *events) dump(t *testing.T) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range l.evs {
+		t.Logf("%s %v %s count=%d %s %v", e.At.Format("15:04:05.000000"), e.Kind, e.Node, e.Count, e.Detail, e.Err)
 	}
 }
 
@@ -244,6 +268,7 @@ func TestMetricsThroughMigratingAndMoving(t *testing.T) {
 	}
 
 	// A MOVING read by every connection: one handoff.
+	e.warm(t, rdb)
 	e.old.Moving(mainttest.Moving{Window: time.Second, To: e.new, DNSHost: host})
 	ev.wait(t, rdb, maint.EventHandoffReport, 1)
 	ms = collect(t, reader)
@@ -259,9 +284,12 @@ func TestMetricsThroughMigratingAndMoving(t *testing.T) {
 	if v, n := sumOf(t, ms, maintotel.MetricHandoff, pooled...); v != 1 || n != 1 {
 		t.Errorf("handoffs = %d over %d points, want 1: one per MOVING, not per connection", v, n)
 	}
-	// Several connections were handed off, and one handoff counted.
-	if v, _ := sumOf(t, ms, maintotel.MetricConnections, append(oldNode, attribute.String(maintotel.AttrEvent, "retired"))...); v < 2 {
-		t.Errorf("connections retired = %d, want the pool's (several)", v)
+	// Several connections were handed off, and one handoff counted; the
+	// metric counts what maint retired.
+	if v, _ := sumOf(t, ms, maintotel.MetricConnections, append(oldNode, attribute.String(maintotel.AttrEvent, "retired"))...); v < 2 || v != int64(ev.sum(maint.EventRetire)) {
+		t.Errorf("connections retired = %d, want the pool's (several) and what the events count (%d)", v, ev.sum(maint.EventRetire))
+		ev.dump(t)
+		t.Logf("old node %+v, new node %+v", e.old.Stats(), e.new.Stats())
 	}
 	if v, _ := sumOf(t, ms, maintotel.MetricRelaxedTimeout); v != 0 {
 		t.Errorf("relaxed gauge after the MOVING = %d, want 0", v)
