@@ -321,9 +321,10 @@ func TestNodeRedisTimeoutsRelaxedDuringMigratingAndMoving(t *testing.T) {
 // "should unrelax command timeout after MIGRATED and MOVING": after the
 // migrate action, and after the bind action, a stalled command times out
 // within ±20% of the normal 50 ms with a plain timeout error. node-redis
-// ends relaxation at MIGRATED; maint keeps it RelaxedTail (twice the
-// relaxed timeout, SE.Redis's default) after a completion and after a
-// handoff, by design, so every column is measured that long after each
+// ends relaxation at MIGRATED; maint keeps it after a completion for up to
+// RelaxedTail (twice the relaxed timeout, SE.Redis's default; no longer
+// than the operation was seen open) and after a MOVING until its handoff
+// ends, so every column is measured twice the relaxed timeout after each
 // action. The client PINGs every 100 ms until then, so that it reads each
 // notification as it arrives, as node-redis does.
 func TestNodeRedisTimeoutsUnrelaxedAfterMigratedAndMoving(t *testing.T) {
@@ -344,7 +345,19 @@ func TestNodeRedisTimeoutsUnrelaxedAfterMigratedAndMoving(t *testing.T) {
 				// the handoff scenario): an idle client would read the
 				// completion only with the measured command, and its tail
 				// would start there.
-				tr := startTraffic(ctx, 1, 100*time.Millisecond, func(ctx context.Context, _, _ int) error { return s.rdb.Ping(ctx).Err() })
+				// Once relaxation is over (a completion's tail lasts no
+				// longer than the operation was seen open, a MOVING's ends
+				// with its handoff) the PINGs run with the 50 ms timeout,
+				// which a busy machine misses now and then: such a plain
+				// timeout is not what this scenario measures (the stalled
+				// commands are); an error that names maintenance, or any
+				// other error, still fails it.
+				tr := startTraffic(ctx, 1, 100*time.Millisecond, func(ctx context.Context, _, _ int) error {
+					if err := s.rdb.Ping(ctx).Err(); err != nil && (!isTimeout(err) || isMaintTimeout(err)) {
+						return err
+					}
+					return nil
+				})
 				if err := w.action(ctx, typ, nil); err != nil {
 					return errors.Join(err, tr.stop("pings"))
 				}
