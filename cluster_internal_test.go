@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -241,7 +242,10 @@ func TestSlotMapInFlightGetsMoves(t *testing.T) {
 func TestWaitingSlotMapAnsweredAtSMigrated(t *testing.T) {
 	f := newClusterFixture(t)
 	release := make(chan struct{})
+	asked := make(chan struct{}) // the CLUSTER SLOTS went to the node: it waits for its reply
+	var once sync.Once
 	h := f.src.ProcessHook(func(_ context.Context, c redis.Cmder) error {
+		once.Do(func() { close(asked) })
 		<-release
 		c.(*redis.ClusterSlotsCmd).SetVal(fixtureMap())
 		return nil
@@ -252,7 +256,11 @@ func TestWaitingSlotMapAnsweredAtSMigrated(t *testing.T) {
 		_ = h(context.Background(), cmd)
 		got <- cmd.Val()
 	}()
-	time.Sleep(20 * time.Millisecond)
+	select {
+	case <-asked:
+	case <-time.After(testWait):
+		t.Fatal("the CLUSTER SLOTS never reached the node")
+	}
 	f.cDst.onNotification(smigrated(32, "0-100"))
 	select {
 	case v := <-got:
