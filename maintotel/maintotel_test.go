@@ -104,19 +104,6 @@ func (l *events) add(e maint.Event) {
 	}
 }
 
-// sum adds up the counts of the events of kind k.
-func (l *events) sum(k maint.EventKind) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, e := range l.evs {
-		if e.Kind == k {
-			n += e.Count
-		}
-	}
-	return n
-}
-
 // dump logs the events seen, for a failure's story.
 func (l *events) dump(t *testing.T) {
 	t.Helper()
@@ -127,13 +114,24 @@ func (l *events) dump(t *testing.T) {
 	}
 }
 
+// count is the number of events of kind k seen.
 func (l *events) count(k maint.EventKind) int {
+	return l.total(k, func(maint.Event) int { return 1 })
+}
+
+// sum adds up the counts of the events of kind k.
+func (l *events) sum(k maint.EventKind) int {
+	return l.total(k, func(e maint.Event) int { return e.Count })
+}
+
+// total adds up what each event of kind k is worth.
+func (l *events) total(k maint.EventKind, worth func(maint.Event) int) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := 0
 	for _, e := range l.evs {
 		if e.Kind == k {
-			n++
+			n += worth(e)
 		}
 	}
 	return n
