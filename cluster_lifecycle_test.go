@@ -83,7 +83,13 @@ func TestClusterNodeLeavesAndReturns(t *testing.T) {
 		l.check(t, ce.emu)
 		st := ce.g.Maints()[0].ClusterStats()
 		t.Logf("%+v", st)
-		assert.EqualValues(t, 2, st.SMigrated+st.Stale)
+		// Both SMIGRATEDs acted on, or already shown by the map. The return
+		// may also be left to go-redis's reload: where go-redis reloaded the
+		// map while the node owned no slot (a MOVED a moment before the
+		// first SMIGRATED), the cluster's reply lists no such node, so maint
+		// cannot give it slots (Unapplied). The departure never is.
+		assert.EqualValues(t, 2, st.SMigrated+st.Stale+st.Unapplied)
+		assert.LessOrEqual(t, st.Unapplied, uint64(1))
 		ce.contradictionsOnlyAhead(t)
 	})
 }
