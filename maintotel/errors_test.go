@@ -120,24 +120,46 @@ func TestErrorPathTimeoutUnderMaintenance(t *testing.T) {
 }
 
 // heldCommand starts a null-endpoint MOVING whose DNS moves long after the
-// window, and waits until maint holds new commands.
-func heldCommand(t *testing.T, p *errorPath) {
+// window and waits until maint holds new commands. It returns how many
+// commands redis.client.errors had recorded by then.
+//
+// Its traffic (which makes a connection read the MOVING) runs under a
+// context it cancels once the hold is seen: a PING that enters the hook
+// after the hold began is held as the test's own command is, and with no
+// deadline of its own it would wait out the whole hold budget.
+func heldCommand(t *testing.T, p *errorPath) int64 {
 	t.Helper()
 	p.old.Moving(mainttest.Moving{Window: time.Second, To: p.new, Null: true, StopAccepting: true,
 		DNSHost: host, DNSLag: time.Minute})
-	// Traffic until the MOVING is read, none after: a command in flight
-	// when the hold starts would wait out the hold budget.
-	p.ev.wait(t, p.rdb, maint.EventHandoff, 1)
-	deadline := time.Now().Add(20 * time.Second)
-	for p.ev.count(maint.EventHold) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out waiting for the hold")
+	ctx, cancel := context.WithCancel(context.Background())
+	traffic := make(chan struct{})
+	go func() {
+		defer close(traffic)
+		for ctx.Err() == nil {
+			pingAllUntil(ctx, p.rdb)
 		}
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for p.ev.count(maint.EventHold) == 0 && time.Now().Before(deadline) {
 		select {
 		case <-p.ev.more:
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+	cancel()
+	<-traffic
+	if p.ev.count(maint.EventHold) == 0 {
+		t.Fatal("timed out waiting for the hold")
+	}
+	m, ok := collect(t, p.reader)[maintotel.MetricErrors]
+	if !ok {
+		return 0
+	}
+	var n int64
+	for _, pt := range m.Data.(metricdata.Sum[int64]).DataPoints {
+		n += pt.Value
+	}
+	return n
 }
 
 // A command held for a replacement until its context ends: the
@@ -145,14 +167,18 @@ func heldCommand(t *testing.T, p *errorPath) {
 // point is maint.ErrHeld, other, not internal.
 func TestErrorPathHeldUntilItsContextEnds(t *testing.T) {
 	p := newErrorPath(t, 2, time.Second, maint.WithHoldBudget(time.Minute))
-	heldCommand(t, p)
+	before := heldCommand(t, p)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
+	start := time.Now()
 	err := p.rdb.Ping(ctx).Err()
 	if !errors.Is(err, maint.ErrHeld) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("the application's error: %v, want maint.ErrHeld and the deadline", err)
 	}
-	wantError(t, p.reader, false, "maint.ErrHeld", maintotel.CategoryOther)
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("the held command returned after %v, its context ended after 100ms", took)
+	}
+	wantErrors(t, p.reader, before+1, false, "maint.ErrHeld", maintotel.CategoryOther)
 }
 
 // A blocking command in flight on a retired connection when the drain cap

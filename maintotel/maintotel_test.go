@@ -66,13 +66,16 @@ func (e *env) warm(t *testing.T, rdb *redis.Client) {
 
 // pingAll sends PINGs on every connection of the pool at once: a slow
 // DEBUG SLEEP-free way to use them all is to hold them concurrently.
-func pingAll(rdb *redis.Client) {
+func pingAll(rdb *redis.Client) { pingAllUntil(context.Background(), rdb) }
+
+// pingAllUntil is pingAll under ctx.
+func pingAllUntil(ctx context.Context, rdb *redis.Client) {
 	var wg sync.WaitGroup
 	for i := 0; i < 8; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = rdb.Do(context.Background(), "PING").Err()
+			_ = rdb.Do(ctx, "PING").Err()
 		}()
 	}
 	wg.Wait()
