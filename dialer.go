@@ -326,21 +326,13 @@ type conn struct {
 	// The health check (see SyscallConn). rawRC is the socket's RawConn,
 	// fetched once; check is the RawConn handed to go-redis; peekFn and
 	// peekState are the non-allocating callback and its result. win is the
-	// window peeked when bytes are waiting (allocated the first time);
-	// winFn and takeFn peek it and take its first winWant bytes off the
-	// socket; winN and winGot are their results.
+	// window peeked when bytes are waiting (allocated the first time).
 	rawRC     syscall.RawConn
 	check     checkRawConn
 	peekFn    func(fd uintptr) bool
 	peekState uint8
 	peekBuf   [1]byte
-	win       []byte
-	winFn     func(fd uintptr) bool
-	takeFn    func(fd uintptr) bool
-	winN      int
-	winWant   int
-	winGot    int
-	winErr    error
+	win       *window
 
 	// inject is the opt-in to write behind go-redis's first command (see
 	// handshake.go); written by the writer only, before and at that write.
@@ -380,8 +372,6 @@ func (m *Maint) wrap(t *target, raw net.Conn, remote string) *conn {
 	c.rd.Strip = c.strip
 	c.check.c = c
 	c.peekFn = c.peek
-	c.winFn = c.peekWindow
-	c.takeFn = c.take
 	c.rd.OnStripped = c.onNotification
 	c.rd.OnMalformed = c.onMalformedReply
 	c.rd.OnOversize = c.onOversize
@@ -870,13 +860,14 @@ func (c *conn) takeNotifications() error {
 		return nil
 	}
 	if c.win == nil {
-		c.win = make([]byte, maxTaken)
+		c.win = newWindow()
 	}
-	c.winN = 0
-	if err := c.rawRC.Read(c.winFn); err != nil {
+	w := c.win
+	w.n = 0
+	if err := c.rawRC.Read(w.peekFn); err != nil {
 		return err
 	}
-	b := c.win[:c.winN]
+	b := w.buf[:w.n]
 	n := 0
 	dropAt := -1 // offset of the owed opt-in reply, if it stands among them
 	for n < len(b) {
@@ -898,25 +889,43 @@ func (c *conn) takeNotifications() error {
 	if n == 0 {
 		return nil
 	}
-	c.winWant, c.winGot, c.winErr = n, 0, nil
-	for c.winGot < c.winWant {
-		if err := c.rawRC.Read(c.takeFn); err != nil {
+	w.want, w.got, w.err = n, 0, nil
+	for w.got < w.want {
+		if err := c.rawRC.Read(w.takeFn); err != nil {
 			return err
 		}
-		if c.winErr != nil {
-			return c.winErr
+		if w.err != nil {
+			return w.err
 		}
 	}
-	for n := 0; n < c.winWant; {
-		l := resp.FrameLen(c.win[n:c.winWant])
+	for n := 0; n < w.want; {
+		l := resp.FrameLen(w.buf[n:w.want])
 		if n == dropAt {
-			c.rd.TakeDropped(c.win[n : n+l])
+			c.rd.TakeDropped(w.buf[n : n+l])
 		} else {
-			c.onNotification(c.win[n : n+l])
+			c.onNotification(w.buf[n : n+l])
 		}
 		n += l
 	}
 	return nil
+}
+
+// window is what the health check peeks when bytes wait on an idle
+// connection (takeNotifications), out of line: most connections never need
+// it. peekFn peeks as much of buf as the socket holds (n is how much);
+// takeFn takes buf[got:want] off it, err its error.
+type window struct {
+	buf            []byte
+	n, want, got   int
+	err            error
+	peekFn, takeFn func(fd uintptr) bool
+}
+
+// newWindow allocates a window of maxTaken bytes, its callbacks bound once.
+func newWindow() *window {
+	w := &window{buf: make([]byte, maxTaken)}
+	w.peekFn, w.takeFn = w.peek, w.take
+	return w
 }
 
 // idleRawConn is the RawConn of a connection whose socket is not reachable

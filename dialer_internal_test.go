@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -131,4 +132,13 @@ func TestDialJudgedAgainstEveryRetiringNode(t *testing.T) {
 	assert.Equal(t, C, cc.(*conn).remote)
 	assert.EqualValues(t, 1, m.Stats().Doomed, "the landing on A was doomed")
 	assert.True(t, rb.replaced.Load(), "the landing on C is a replacement for B's handoff")
+}
+
+// A connection's state is most of what maint keeps per connection (the
+// README's memory table): it stays within the allocator's 704-byte size
+// class. The buffers of a push held back or stripped, and the window the
+// health check peeks when bytes wait, are allocated only when one is needed.
+func TestConnStateFitsItsSizeClass(t *testing.T) {
+	assert.LessOrEqual(t, unsafe.Sizeof(conn{}), uintptr(704), "conn's size: the next size class is 768 bytes")
+	assert.LessOrEqual(t, unsafe.Sizeof(resp.Stripper{}), uintptr(320), "Stripper's size")
 }

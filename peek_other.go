@@ -11,13 +11,13 @@ func (c *conn) peek(fd uintptr) bool {
 	return true
 }
 
-func (c *conn) peekWindow(fd uintptr) bool {
-	c.winN = 0
+func (w *window) peek(fd uintptr) bool {
+	w.n = 0
 	return true
 }
 
-func (c *conn) take(fd uintptr) bool {
-	c.winErr = errNoPeek
+func (w *window) take(fd uintptr) bool {
+	w.err = errNoPeek
 	return true
 }
 

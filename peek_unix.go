@@ -26,30 +26,30 @@ func (c *conn) peek(fd uintptr) bool {
 	return true
 }
 
-// peekWindow peeks as much of c.win as the socket holds, without consuming
-// or blocking; c.winN is how much.
-func (c *conn) peekWindow(fd uintptr) bool {
-	n, _, err := syscall.Recvfrom(int(fd), c.win, syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+// peek peeks as much of w.buf as the socket holds, without consuming or
+// blocking; w.n is how much.
+func (w *window) peek(fd uintptr) bool {
+	n, _, err := syscall.Recvfrom(int(fd), w.buf, syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 	if err != nil || n < 0 {
 		n = 0
 	}
-	c.winN = n
+	w.n = n
 	return true
 }
 
-// take reads bytes just peeked off the socket, into c.win[c.winGot:c.winWant].
+// take reads bytes just peeked off the socket, into w.buf[w.got:w.want].
 // Returning false when the socket would block lets the runtime wait for it.
-func (c *conn) take(fd uintptr) bool {
-	n, err := syscall.Read(int(fd), c.win[c.winGot:c.winWant])
+func (w *window) take(fd uintptr) bool {
+	n, err := syscall.Read(int(fd), w.buf[w.got:w.want])
 	switch {
 	case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
 		return false
 	case err != nil:
-		c.winErr = err
+		w.err = err
 	case n == 0:
-		c.winErr = io.ErrUnexpectedEOF
+		w.err = io.ErrUnexpectedEOF
 	default:
-		c.winGot += n
+		w.got += n
 	}
 	return true
 }

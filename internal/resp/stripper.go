@@ -164,21 +164,20 @@ type Stripper struct {
 	ssize    int64  // how many bytes of it came in earlier reads
 	oversize bool   // the removed frame exceeded MaxStripped; sbuf dropped
 	nOver    uint64
-	name     [maxNameLen]byte // name of the stripped push, for OnOversize
-	nname    int
+	nname    int // length of the stripped push's name in aux.name
 
 	// Output bookkeeping of one scan: buf[:w] is output, buf[keep:] is not
 	// yet decided.
 	w, keep int
 
-	hold       [holdCap]byte // held-back prefix of a pending push
-	nhold      int
-	work       []byte // staging when p is too small (workCap bytes, allocated on first use)
-	qOff, qEnd int    // work[qOff:qEnd] is ready for the caller
-	tail       []byte // bytes to pass through after the queue
-	err        error  // read error to return after queued bytes
-	dead       bool   // pass everything through unchanged
-	empty      int    // consecutive (0, nil) reads
+	nhold      int       // bytes held back in aux.hold
+	aux        *pushBufs // allocated with the first push held back or stripped, then kept
+	work       []byte    // staging when p is too small (workCap bytes, allocated on first use)
+	qOff, qEnd int       // work[qOff:qEnd] is ready for the caller
+	tail       []byte    // bytes to pass through after the queue
+	err        error     // read error to return after queued bytes
+	dead       bool      // pass everything through unchanged
+	empty      int       // consecutive (0, nil) reads
 }
 
 // StrippedOversize returns how many matched pushes were larger than
@@ -202,8 +201,24 @@ func (s *Stripper) Reset() {
 	*s = Stripper{
 		Strip: s.Strip, OnStripped: s.OnStripped, OnOversize: s.OnOversize,
 		OnReply: s.OnReply, OnDropped: s.OnDropped, OnMalformed: s.OnMalformed,
-		MaxStripped: s.MaxStripped, sbuf: s.sbuf[:0], work: s.work,
+		MaxStripped: s.MaxStripped, sbuf: s.sbuf[:0], work: s.work, aux: s.aux,
 	}
+}
+
+// pushBufs are the Stripper's buffers for a push in the making, out of
+// line: most connections never need them, and a Stripper is part of every
+// connection's state.
+type pushBufs struct {
+	hold [holdCap]byte    // held-back prefix of a pending push
+	name [maxNameLen]byte // name of the stripped push, for OnOversize
+}
+
+// bufs returns the push buffers, allocating them the first time.
+func (s *Stripper) bufs() *pushBufs {
+	if s.aux == nil {
+		s.aux = new(pushBufs)
+	}
+	return s.aux
 }
 
 // Read reads from r into p and returns bytes of the stream with stripped
@@ -291,7 +306,7 @@ func (s *Stripper) read(r io.Reader, p []byte) (int, error) {
 		}
 		h := 0
 		if s.nhold > 0 {
-			h = copy(buf, s.hold[:s.nhold])
+			h = copy(buf, s.aux.hold[:s.nhold])
 			s.nhold = 0
 		}
 		m, err := r.Read(buf[h:])
@@ -370,7 +385,7 @@ func (s *Stripper) flushAtEOF() {
 		return
 	}
 	if s.nhold > 0 {
-		s.tail = append(s.tail, s.hold[:s.nhold]...)
+		s.tail = append(s.tail, s.aux.hold[:s.nhold]...)
 		s.nhold = 0
 		s.dead = true
 	}
@@ -580,7 +595,7 @@ func (s *Stripper) scan(buf []byte, from int) int {
 	case pushPending:
 		if len(buf)-s.start <= holdCap {
 			s.flush(buf, s.start)
-			s.nhold = copy(s.hold[:], buf[s.start:])
+			s.nhold = copy(s.bufs().hold[:], buf[s.start:])
 			s.keep = len(buf)
 			s.resetParser()
 			return s.w
@@ -1096,7 +1111,7 @@ func (s *Stripper) decide(buf []byte) {
 	if strip {
 		s.flush(buf, s.start)
 		s.remove(pushStrip)
-		s.nname = copy(s.name[:], name)
+		s.nname = copy(s.bufs().name[:], name)
 	} else {
 		s.push = pushPass
 	}
@@ -1150,7 +1165,7 @@ func (s *Stripper) topDone(buf []byte, end int) {
 		case frame == nil:
 			s.nOver++
 			if s.OnOversize != nil {
-				s.OnOversize(s.name[:s.nname], size)
+				s.OnOversize(s.aux.name[:s.nname], size)
 			}
 		case s.OnStripped != nil:
 			s.OnStripped(frame)
