@@ -308,14 +308,14 @@ type conn struct {
 	lastBlocking atomic.Bool
 	lost         atomic.Bool
 	sub          atomic.Bool // a subscriber: its replies are pushes, it has nothing in flight
-	// shard is what the connection is subscribed to with SSUBSCRIBE, on a
-	// cluster node client; nil until one is written (clusterpubsub.go).
-	shard atomic.Pointer[shardConn]
 	// checking is set by SyscallConn, the pool's health check, and cleared by
 	// the next deadline or write: while set, a read must not block, because
 	// the check peeks with no deadline and a stripped notification would
 	// otherwise leave it waiting for bytes that never come.
 	checking atomic.Bool
+	// shard is what the connection is subscribed to with SSUBSCRIBE, on a
+	// cluster node client; nil until one is written (clusterpubsub.go).
+	shard atomic.Pointer[shardConn]
 	// The deadlines: what go-redis asked for and what the socket has (see
 	// deadline.go), so that relaxation starting mid-read can extend a
 	// deadline already set, and a peek can restore one.
@@ -369,15 +369,31 @@ func (m *Maint) wrap(t *target, raw net.Conn, remote string) *conn {
 		key = "?" + t.addr
 	}
 	c := &conn{raw: raw, rawRd: raw, m: m, t: t, remote: remote}
-	c.rd.Strip = c.strip
+	c.rd.H = (*streamEvents)(c)
 	c.check.c = c
 	c.peekFn = c.peek
-	c.rd.OnStripped = c.onNotification
-	c.rd.OnMalformed = c.onMalformedReply
-	c.rd.OnOversize = c.onOversize
 	m.register(c, key)
 	return c
 }
+
+// streamEvents is a connection as the Handler of its Stripper: a
+// conversion, not a closure per event.
+type streamEvents conn
+
+// Strip reports whether a push is a maintenance notification (see strip).
+func (e *streamEvents) Strip(name []byte) bool { return (*conn)(e).strip(name) }
+
+// Stripped acts on a stripped notification.
+func (e *streamEvents) Stripped(frame []byte) { (*conn)(e).onNotification(frame) }
+
+// Oversize reports a notification too large to act on.
+func (e *streamEvents) Oversize(name []byte, size int64) { (*conn)(e).onOversize(name, size) }
+
+// Dropped receives the reply to maint's own opt-in (handshake.go).
+func (e *streamEvents) Dropped(frame []byte) { (*conn)(e).onHandshakeReply(frame) }
+
+// Malformed reports a reply stream that cannot be framed.
+func (e *streamEvents) Malformed(err error) { (*conn)(e).onMalformedReply(err) }
 
 // strip reports whether a push is a maintenance notification to remove
 // from the stream: all seven names, until the Maint is closed. It is called

@@ -258,7 +258,6 @@ func (c *conn) writeFirst(p []byte, commands int) (int, error) {
 	if commands < 1 || !isHello3(p) || !c.m.takeTurn(c) {
 		return c.raw.Write(p) // no RESP3 here, or the endpoint refused it lately
 	}
-	c.rd.OnDropped = c.onHandshakeReply
 	c.awaitOptIn = true
 	// The replies to the commands of p are go-redis's (HELLO alone, in
 	// go-redis v9.23: TestGoRedisWritesHelloFirst); the next one is ours.

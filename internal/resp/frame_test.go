@@ -152,10 +152,12 @@ func TestStripperTakesBigReplies(t *testing.T) {
 	in := b.String() + moving + "$536870913\r\nabc" // a big blob's start
 	replies, stripped, malformedErr := 0, 0, error(nil)
 	s := &Stripper{
-		Strip:       func(name []byte) bool { return string(name) == "MOVING" },
-		OnReply:     func() { replies++ },
-		OnStripped:  func([]byte) { stripped++ },
-		OnMalformed: func(err error) { malformedErr = err },
+		H: &Funcs{
+			StripFunc:     func(name []byte) bool { return string(name) == "MOVING" },
+			StrippedFunc:  func([]byte) { stripped++ },
+			MalformedFunc: func(err error) { malformedErr = err },
+		},
+		OnReply: func() { replies++ },
 	}
 	p := make([]byte, 32<<10)
 	r := strings.NewReader(in)

@@ -244,7 +244,7 @@ func FuzzStripperDrop(f *testing.F) {
 		for _, frame := range [][]byte{in, in[:max(end, 0)]} {
 			s := &Stripper{}
 			var dropped [][]byte
-			s.OnDropped = func(f []byte) { dropped = append(dropped, f) }
+			funcs(s).DroppedFunc = func(f []byte) { dropped = append(dropped, f) }
 			s.DropReply(0)
 			want := isReply && len(frame) == end
 			if s.TakeDropped(frame) != want || len(dropped) != map[bool]int{true: 1}[want] {

@@ -168,7 +168,7 @@ func TestStripperAtBoundary(t *testing.T) {
 		t.Fatal("a new Stripper is at a boundary")
 	}
 	buf := make([]byte, 64)
-	s.Strip = func([]byte) bool { return true }
+	funcs(&s).StripFunc = func([]byte) bool { return true }
 	// A whole reply: back at a boundary.
 	if _, err := s.Read(bytes.NewReader([]byte("+OK\r\n")), buf); err != nil {
 		t.Fatal(err)

@@ -61,6 +61,77 @@ const (
 	pushDrop                 // a reply removed by DropReply
 )
 
+// Handler receives a Stripper's events, synchronously inside Read. Every
+// slice it is given aliases the Stripper's memory and is valid only during
+// the call.
+type Handler interface {
+	// Strip reports whether a push with this name (first element of the
+	// '>' frame) is removed from the stream. Called once per push frame.
+	// Pushes whose first element is not a bulk or simple string of at most
+	// 64 bytes are never stripped and Strip is not called.
+	Strip(name []byte) bool
+	// Stripped receives each complete stripped frame.
+	Stripped(frame []byte)
+	// Oversize is called once for each stripped push larger than
+	// MaxStripped, when its last byte has been read, with its name and its
+	// size in bytes. Such a push is removed like any other, but Stripped is
+	// not called for it; StrippedOversize counts them.
+	Oversize(name []byte, size int64)
+	// Dropped receives the reply removed by DropReply or TakeDropped, once
+	// it is complete: the whole frame, or nil if it is larger than
+	// MaxStripped (it is removed all the same). If the stream ends or turns
+	// out malformed before the reply is complete, its bytes are passed
+	// through as those of a stripped push are, and Dropped is not called.
+	Dropped(frame []byte)
+	// Malformed is called once if the stream cannot be framed: a byte that
+	// cannot start a value, a bad or overflowing length, a missing CRLF.
+	// After that the Stripper passes all bytes through unchanged and calls
+	// nothing else. Bytes of a stripped push that were already discarded
+	// because it exceeded MaxStripped cannot be given back.
+	Malformed(err error)
+}
+
+// Funcs is a Handler made of functions, any of which may be nil: a nil
+// Strip strips nothing, another nil function ignores its event.
+type Funcs struct {
+	StripFunc     func(name []byte) bool
+	StrippedFunc  func(frame []byte)
+	OversizeFunc  func(name []byte, size int64)
+	DroppedFunc   func(frame []byte)
+	MalformedFunc func(err error)
+}
+
+// Strip calls StripFunc, if set.
+func (f *Funcs) Strip(name []byte) bool { return f.StripFunc != nil && f.StripFunc(name) }
+
+// Stripped calls StrippedFunc, if set.
+func (f *Funcs) Stripped(frame []byte) {
+	if f.StrippedFunc != nil {
+		f.StrippedFunc(frame)
+	}
+}
+
+// Oversize calls OversizeFunc, if set.
+func (f *Funcs) Oversize(name []byte, size int64) {
+	if f.OversizeFunc != nil {
+		f.OversizeFunc(name, size)
+	}
+}
+
+// Dropped calls DroppedFunc, if set.
+func (f *Funcs) Dropped(frame []byte) {
+	if f.DroppedFunc != nil {
+		f.DroppedFunc(frame)
+	}
+}
+
+// Malformed calls MalformedFunc, if set.
+func (f *Funcs) Malformed(err error) {
+	if f.MalformedFunc != nil {
+		f.MalformedFunc(err)
+	}
+}
+
 // Stripper removes selected push frames from a RESP3 reply stream.
 //
 // It parses the stream incrementally, as it arrives in arbitrary chunks,
@@ -82,46 +153,23 @@ const (
 // not stripped pass through and are not counted as replies; pushes nested in
 // other values are plain data.
 //
-// The zero value (with the callback fields set as needed) is ready to use.
+// The zero value (with H set as needed) is ready to use.
 // A Stripper must not be copied after first use and must not be used from
 // several goroutines at once. Callbacks run synchronously inside Read.
 type Stripper struct {
-	// Strip reports whether a push with this name (first element of the
-	// '>' frame) is removed from the stream. Called once per push frame;
-	// name aliases internal memory (do not retain). A nil Strip strips
-	// nothing. Pushes whose first element is not a bulk or simple string
-	// of at most 64 bytes are never stripped and Strip is not called.
-	Strip func(name []byte) bool
-	// OnStripped receives each complete stripped frame (aliases internal
-	// memory, valid only during the call).
-	OnStripped func(frame []byte)
-	// OnOversize is called once for each stripped push larger than
-	// MaxStripped, when its last byte has been read, with its name
-	// (aliases internal memory, valid only during the call) and its size
-	// in bytes. Such a push is removed like any other, but OnStripped is
-	// not called for it; StrippedOversize counts them.
-	OnOversize func(name []byte, size int64)
+	// H receives the pushes and the events of the stream (see Handler);
+	// nil strips nothing. An interface rather than a function per event:
+	// a connection that is its own Handler costs no closure per event.
+	H Handler
 	// OnReply is called once per complete top-level frame that is not a
 	// push and not an attribute (i.e. one reply to one command), except the
-	// reply removed by DropReply.
+	// reply removed by DropReply. It is a field of its own, looked at on
+	// every reply: nil (maint's case, which counts by Replies) costs no call.
 	OnReply func()
-	// OnDropped receives the reply removed by DropReply or TakeDropped,
-	// once it is complete: the whole frame (aliases internal memory, valid
-	// only during the call), or nil if it is larger than MaxStripped (it
-	// is removed all the same). If the stream ends or turns out malformed
-	// before the reply is complete, its bytes are passed through as those
-	// of a stripped push are, and OnDropped is not called.
-	OnDropped func(frame []byte)
-	// OnMalformed is called once if the stream cannot be framed: a byte
-	// that cannot start a value, a bad or overflowing length, a missing
-	// CRLF. After that the Stripper passes all bytes through unchanged and
-	// calls nothing else. Bytes of a stripped push that were already
-	// discarded because it exceeded MaxStripped cannot be given back.
-	OnMalformed func(err error)
 	// MaxStripped is the largest push frame (or dropped reply) buffered
 	// for stripping; 0 means DefaultMaxStripped. A larger matched push is
-	// discarded as it streams: it is still removed, but OnStripped is not
-	// called (see OnOversize).
+	// discarded as it streams: it is still removed, but Stripped is not
+	// called (see Handler.Oversize).
 	MaxStripped int
 
 	// Parser state.
@@ -144,27 +192,29 @@ type Stripper struct {
 
 	// replies counts the replies seen (see Replies).
 	replies uint64
-	// decided: wholeReplies asked Strip about the push the general parser
-	// reads next, and Strip said to remove it.
-	decided bool
-
 	// dropIn is 0, or 1 + the number of replies to complete before the
 	// reply DropReply asked to remove begins.
 	dropIn int
+
+	// The flags, side by side (a word between them all).
+	// decided: wholeReplies asked Strip about the push the general parser
+	// reads next, and Strip said to remove it.
+	decided bool
 	// untilDrop: ReadDrop is reading, and returns once the dropped reply
 	// is removed.
 	untilDrop bool
+	dead      bool  // pass everything through unchanged
+	push      uint8 // the current top-level push (or dropped reply): see pushNone
+	oversize  bool  // the removed frame exceeded MaxStripped; sbuf dropped
 
 	// The current top-level push (or dropped reply).
-	push     uint8
-	start    int // offset of its first byte in the buffer being scanned
-	nameAt   int // offset of its name in that buffer (while pending)
-	nameLen  int
-	sbuf     []byte // bytes of a removed frame from earlier reads
-	ssize    int64  // how many bytes of it came in earlier reads
-	oversize bool   // the removed frame exceeded MaxStripped; sbuf dropped
-	nOver    uint64
-	nname    int // length of the stripped push's name in aux.name
+	start   int // offset of its first byte in the buffer being scanned
+	nameAt  int // offset of its name in that buffer (while pending)
+	nameLen int
+	sbuf    []byte // bytes of a removed frame from earlier reads
+	ssize   int64  // how many bytes of it came in earlier reads
+	nOver   uint64
+	nname   int // length of the stripped push's name in aux.name
 
 	// Output bookkeeping of one scan: buf[:w] is output, buf[keep:] is not
 	// yet decided.
@@ -176,12 +226,11 @@ type Stripper struct {
 	qOff, qEnd int       // work[qOff:qEnd] is ready for the caller
 	tail       []byte    // bytes to pass through after the queue
 	err        error     // read error to return after queued bytes
-	dead       bool      // pass everything through unchanged
 	empty      int       // consecutive (0, nil) reads
 }
 
 // StrippedOversize returns how many matched pushes were larger than
-// MaxStripped and so were discarded without calling OnStripped.
+// MaxStripped and so were discarded without calling Stripped.
 func (s *Stripper) StrippedOversize() uint64 { return s.nOver }
 
 // Replies returns how many replies the Stripper has seen complete: the
@@ -189,7 +238,7 @@ func (s *Stripper) StrippedOversize() uint64 { return s.nOver }
 func (s *Stripper) Replies() uint64 { return s.replies }
 
 // Passthrough reports whether the Stripper has stopped parsing and passes
-// bytes through unchanged: after a framing error (OnMalformed was called),
+// bytes through unchanged: after a framing error (Malformed was called),
 // or after io.EOF arrived in the middle of a held-back or stripped push or
 // a dropped reply.
 func (s *Stripper) Passthrough() bool { return s.dead }
@@ -199,9 +248,7 @@ func (s *Stripper) Passthrough() bool { return s.dead }
 // buffers are kept.
 func (s *Stripper) Reset() {
 	*s = Stripper{
-		Strip: s.Strip, OnStripped: s.OnStripped, OnOversize: s.OnOversize,
-		OnReply: s.OnReply, OnDropped: s.OnDropped, OnMalformed: s.OnMalformed,
-		MaxStripped: s.MaxStripped, sbuf: s.sbuf[:0], work: s.work, aux: s.aux,
+		H: s.H, OnReply: s.OnReply, MaxStripped: s.MaxStripped, sbuf: s.sbuf[:0], work: s.work, aux: s.aux,
 	}
 }
 
@@ -210,7 +257,7 @@ func (s *Stripper) Reset() {
 // connection's state.
 type pushBufs struct {
 	hold [holdCap]byte    // held-back prefix of a pending push
-	name [maxNameLen]byte // name of the stripped push, for OnOversize
+	name [maxNameLen]byte // name of the stripped push, for Oversize
 }
 
 // bufs returns the push buffers, allocating them the first time.
@@ -647,7 +694,7 @@ func (s *Stripper) wholeReplies(buf []byte) int {
 			if !ok {
 				break
 			}
-			if s.Strip != nil && s.Strip(name) {
+			if s.H != nil && s.H.Strip(name) {
 				// The general parser removes it, without asking again.
 				s.decided = true
 				break
@@ -1105,8 +1152,8 @@ func (s *Stripper) decide(buf []byte) {
 	name := buf[s.nameAt : s.nameAt+s.nameLen]
 	strip := s.decided
 	s.decided = false
-	if !strip && s.Strip != nil {
-		strip = s.Strip(name)
+	if !strip && s.H != nil {
+		strip = s.H.Strip(name)
 	}
 	if strip {
 		s.flush(buf, s.start)
@@ -1158,17 +1205,17 @@ func (s *Stripper) topDone(buf []byte, end int) {
 		s.sbuf = s.sbuf[:0]
 		s.oversize = false
 		switch {
-		case how == pushDrop:
-			if s.OnDropped != nil {
-				s.OnDropped(frame)
+		case s.H == nil:
+			if how != pushDrop && frame == nil {
+				s.nOver++
 			}
+		case how == pushDrop:
+			s.H.Dropped(frame)
 		case frame == nil:
 			s.nOver++
-			if s.OnOversize != nil {
-				s.OnOversize(s.aux.name[:s.nname], size)
-			}
-		case s.OnStripped != nil:
-			s.OnStripped(frame)
+			s.H.Oversize(s.aux.name[:s.nname], size)
+		default:
+			s.H.Stripped(frame)
 		}
 	}
 	s.push = pushNone
@@ -1189,8 +1236,8 @@ func (s *Stripper) fail(buf []byte, err error) int {
 		s.flush(buf, len(buf))
 	}
 	s.push = pushNone
-	if s.OnMalformed != nil {
-		s.OnMalformed(err)
+	if s.H != nil {
+		s.H.Malformed(err)
 	}
 	return s.w
 }
@@ -1211,7 +1258,7 @@ func (s *Stripper) AtBoundary() bool {
 // completes, and is never dropped itself.
 //
 // The dropped reply is removed exactly as a stripped push is: the output
-// is the input minus the whole frame; it is handed to OnDropped (buffered up
+// is the input minus the whole frame; it is handed to Dropped (buffered up
 // to MaxStripped) and does not call OnReply. Pushes before or after it are
 // stripped or passed as usual; a top-level attribute just before it passes
 // through (go-redis discards attributes).
@@ -1259,7 +1306,7 @@ func (s *Stripper) ReadDrop(r io.Reader, p []byte) (int, error) {
 // whole frames off the stream itself while the Stripper stands
 // AtBoundary. If a drop is pending with after == 0, the Stripper is
 // AtBoundary and frame is exactly one whole top-level frame that is not a
-// push or an attribute, it clears the pending drop, calls OnDropped (with
+// push or an attribute, it clears the pending drop, calls Dropped (with
 // nil if frame is larger than MaxStripped) and returns true. Otherwise it
 // returns false and changes nothing.
 func (s *Stripper) TakeDropped(frame []byte) bool {
@@ -1268,11 +1315,11 @@ func (s *Stripper) TakeDropped(frame []byte) bool {
 		return false
 	}
 	s.dropIn = 0
-	if s.OnDropped != nil {
+	if s.H != nil {
 		if len(frame) > s.maxStripped() {
 			frame = nil
 		}
-		s.OnDropped(frame)
+		s.H.Dropped(frame)
 	}
 	return true
 }

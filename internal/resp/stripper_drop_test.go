@@ -101,7 +101,7 @@ func TestStripperDropPending(t *testing.T) {
 		t.Fatalf("new Stripper: DropPending %d, %v", after, ok)
 	}
 	var dropped []string
-	s.OnDropped = func(f []byte) { dropped = append(dropped, string(f)) }
+	funcs(&s).DroppedFunc = func(f []byte) { dropped = append(dropped, string(f)) }
 	p := make([]byte, 64)
 	s.DropReply(2)
 	if after, ok := s.DropPending(); !ok || after != 2 {
@@ -133,8 +133,8 @@ func TestStripperDropPending(t *testing.T) {
 	if _, ok := s.DropPending(); ok {
 		t.Fatal("pending after Reset")
 	}
-	if s.OnDropped == nil {
-		t.Fatal("Reset dropped the OnDropped callback")
+	if s.H == nil || funcs(&s).DroppedFunc == nil {
+		t.Fatal("Reset dropped the Handler")
 	}
 }
 
@@ -143,7 +143,7 @@ func TestStripperDropReplyMidReply(t *testing.T) {
 	// DropReply(1) both drop the next.
 	for _, after := range []int{0, 1} {
 		var dropped []string
-		s := &Stripper{OnDropped: func(f []byte) { dropped = append(dropped, string(f)) }}
+		s := &Stripper{H: &Funcs{DroppedFunc: func(f []byte) { dropped = append(dropped, string(f)) }}}
 		r := &stepReader{steps: []any{"*2\r\n:1\r\n", "+x\r\n+OK\r\n+PONG\r\n"}}
 		p := make([]byte, 64)
 		n, _ := s.Read(r, p)
@@ -160,7 +160,7 @@ func TestStripperDropReplyMidReply(t *testing.T) {
 func TestStripperDropReplyFromCallback(t *testing.T) {
 	// The HELLO reply's OnReply asks to drop the next reply.
 	var dropped []string
-	s := &Stripper{Strip: stripMaint, OnDropped: func(f []byte) { dropped = append(dropped, string(f)) }}
+	s := &Stripper{H: &Funcs{StripFunc: stripMaint, DroppedFunc: func(f []byte) { dropped = append(dropped, string(f)) }}}
 	first := true
 	s.OnReply = func() {
 		if first {
@@ -213,13 +213,13 @@ func TestStripperTakeDropped(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var dropped []string
-			s := &Stripper{OnDropped: func(f []byte) {
+			s := &Stripper{H: &Funcs{DroppedFunc: func(f []byte) {
 				if f == nil {
 					dropped = append(dropped, "<nil>")
 				} else {
 					dropped = append(dropped, string(f))
 				}
-			}}
+			}}}
 			tc.setup(s)
 			after0, pending0 := s.DropPending()
 			if got := s.TakeDropped([]byte(tc.frame)); got != tc.want {
@@ -278,7 +278,7 @@ func checkFrameLen(t *testing.T, b []byte) {
 
 func TestStripperDropReplyDoesNotAllocate(t *testing.T) {
 	in := []byte(strings.Repeat(helloReply+"+OK\r\n"+movingFrame, 4))
-	s := &Stripper{Strip: stripMaint, OnDropped: func([]byte) {}, OnStripped: func([]byte) {}}
+	s := &Stripper{H: &Funcs{StripFunc: stripMaint, DroppedFunc: func([]byte) {}, StrippedFunc: func([]byte) {}}}
 	p := make([]byte, 16)
 	r := bytes.NewReader(in)
 	// Warm up the buffer of removed frames.
@@ -316,8 +316,8 @@ func TestReadDropReturnsOnceTheDroppedReplyIsRemoved(t *testing.T) {
 		for j := i; j <= len(in); j++ {
 			s := &Stripper{}
 			var stripped []string
-			s.Strip = func([]byte) bool { return true }
-			s.OnStripped = func(f []byte) { stripped = append(stripped, string(f)) }
+			funcs(s).StripFunc = func([]byte) bool { return true }
+			funcs(s).StrippedFunc = func(f []byte) { stripped = append(stripped, string(f)) }
 			s.DropReply(1)
 			r := &stepReader{steps: []any{in[:i], in[i:j], in[j:], errNoMore}}
 			p := make([]byte, 4096)

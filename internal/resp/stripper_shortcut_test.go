@@ -19,10 +19,7 @@ func TestShortcutAsksStripOncePerPush(t *testing.T) {
 	want := strings.ReplaceAll(stream, movingFrame, "")
 	for _, size := range []int{len(stream), 64, 17, 5, 1} {
 		var asked, stripped int
-		s := &Stripper{
-			Strip:      func(name []byte) bool { asked++; return stripMaint(name) },
-			OnStripped: func([]byte) { stripped++ },
-		}
+		s := &Stripper{H: &Funcs{StripFunc: func(name []byte) bool { asked++; return stripMaint(name) }, StrippedFunc: func([]byte) { stripped++ }}}
 		var out bytes.Buffer
 		r := &chunkReader{data: []byte(stream), sizes: []int{size}}
 		buf := make([]byte, 4096)

@@ -104,7 +104,7 @@ func TestStripperDeepNestingDoesNotAllocate(t *testing.T) {
 	frame := strings.Repeat("*1\r\n", 100000) + ":1\r\n" + movingFrame
 	r := &loopReader{data: []byte(frame), chunk: 32 << 10}
 	replies := 0
-	s := &Stripper{Strip: stripMaint, OnReply: func() { replies++ }, OnStripped: func([]byte) {}}
+	s := &Stripper{H: &Funcs{StripFunc: stripMaint, StrippedFunc: func([]byte) {}}, OnReply: func() { replies++ }}
 	p := make([]byte, 32<<10)
 	for range 100 {
 		s.Read(r, p)
@@ -201,10 +201,12 @@ func TestStripperHugeValues(t *testing.T) {
 			}}
 			replies, stripped := 0, 0
 			s := &Stripper{
-				Strip:       stripMaint,
-				OnReply:     func() { replies++ },
-				OnStripped:  func(f []byte) { stripped++; checkFrame(t, f) },
-				OnMalformed: func(err error) { t.Fatal(err) },
+				H: &Funcs{
+					StripFunc:     stripMaint,
+					StrippedFunc:  func(f []byte) { stripped++; checkFrame(t, f) },
+					MalformedFunc: func(err error) { t.Fatal(err) },
+				},
+				OnReply: func() { replies++ },
 			}
 			p := make([]byte, 32<<10)
 			wbuf := make([]byte, 32<<10)

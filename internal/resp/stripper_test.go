@@ -239,7 +239,7 @@ func runStripper(s *Stripper, r io.Reader, psize int) stripResult {
 // *chunkReader if drop.read > 0.
 func runStripperDrop(s *Stripper, r io.Reader, psize int, drop dropCall) (res stripResult) {
 	res = stripResult{dropAt: -1}
-	s.Strip = stripMaint
+	funcs(s).StripFunc = stripMaint
 	// With an odd psize replies are counted by OnReply, with an even one
 	// by Replies alone (as maint counts them), which frames runs of bulk
 	// replies its own way: both must count alike.
@@ -255,18 +255,18 @@ func runStripperDrop(s *Stripper, r io.Reader, psize int, drop dropCall) (res st
 			res.err = fmt.Errorf("Replies counts %d, OnReply %d", got, res.replies)
 		}
 	}()
-	s.OnStripped = func(f []byte) { res.stripped = append(res.stripped, string(f)) }
-	s.OnOversize = func(name []byte, size int64) {
+	funcs(s).StrippedFunc = func(f []byte) { res.stripped = append(res.stripped, string(f)) }
+	funcs(s).OversizeFunc = func(name []byte, size int64) {
 		res.oversize = append(res.oversize, fmt.Sprintf("%s %d", name, size))
 	}
-	s.OnDropped = func(f []byte) {
+	funcs(s).DroppedFunc = func(f []byte) {
 		if f == nil {
 			res.dropped = append(res.dropped, "<nil>")
 		} else {
 			res.dropped = append(res.dropped, string(f))
 		}
 	}
-	s.OnMalformed = func(error) { res.malformed++ }
+	funcs(s).MalformedFunc = func(error) { res.malformed++ }
 	p := make([]byte, psize)
 	for i := 1; ; i++ {
 		if i == drop.read {
@@ -480,14 +480,14 @@ func TestStripperMalformedPassesThrough(t *testing.T) {
 	// bytes already set aside are given back in order.
 	in := "+OK\r\n>4\r\n$6\r\nMOVING\r\n:1\r\n:15\r\n$14\r\n10.0.0.2:12000\rX+more\r\n"
 	var errs []error
-	s := &Stripper{OnMalformed: func(err error) { errs = append(errs, err) }}
+	s := &Stripper{H: &Funcs{MalformedFunc: func(err error) { errs = append(errs, err) }}}
 	got := runStripper(s, &chunkReader{data: []byte(in), sizes: []int{30}}, 4096)
 	if string(got.out) != in || got.malformed != 1 || got.replies != 1 || !s.Passthrough() {
 		t.Fatalf("out %q, malformed %d, replies %d", got.out, got.malformed, got.replies)
 	}
 	s = &Stripper{}
 	var gotErr error
-	s.OnMalformed = func(err error) { gotErr = err }
+	funcs(s).MalformedFunc = func(err error) { gotErr = err }
 	p := make([]byte, 64)
 	s.Read(strings.NewReader("&1\r\n"), p)
 	if !errors.Is(gotErr, ErrMalformed) || !strings.HasPrefix(gotErr.Error(), "resp: ") {
@@ -530,7 +530,7 @@ func TestStripperErrorKeepsState(t *testing.T) {
 	// the held bytes stay held, and the next Read carries on.
 	r := &stepReader{steps: []any{"+OK\r\n>4\r\n$6\r\nMOV", timeoutErr{}, "ING\r\n:1\r\n:15\r\n_\r\n:7\r\n"}}
 	var stripped int
-	s := &Stripper{Strip: stripMaint, OnStripped: func([]byte) { stripped++ }}
+	s := &Stripper{H: &Funcs{StripFunc: stripMaint, StrippedFunc: func([]byte) { stripped++ }}}
 	p := make([]byte, 100)
 	n, err := s.Read(r, p)
 	if string(p[:n]) != "+OK\r\n" || err != nil {
@@ -550,7 +550,7 @@ func TestStripperErrorKeepsState(t *testing.T) {
 func TestStripperEOFReleasesHeldBytes(t *testing.T) {
 	for _, in := range []string{">4\r\n$6\r\nMOV", ">4\r\n$6\r\nMOVING\r\n:1\r\n"} {
 		r := &stepReader{steps: []any{"+OK\r\n", in}}
-		s := &Stripper{Strip: stripMaint}
+		s := &Stripper{H: &Funcs{StripFunc: stripMaint}}
 		var out []byte
 		p := make([]byte, 3)
 		for {
@@ -579,7 +579,7 @@ func TestStripperNoProgress(t *testing.T) {
 
 func TestStripperReset(t *testing.T) {
 	replies := 0
-	s := &Stripper{Strip: stripMaint, OnReply: func() { replies++ }}
+	s := &Stripper{H: &Funcs{StripFunc: stripMaint}, OnReply: func() { replies++ }}
 	p := make([]byte, 64)
 	s.Read(strings.NewReader(">4\r\n$6\r\nMOV"), p) // leaves a pending push
 	s.Reset()
@@ -627,7 +627,7 @@ func TestStripperStreamsLargeBulk(t *testing.T) {
 	moving := string(AppendMoving(nil, 1, 15, "h:1", false))
 	r := &bigBulkReader{head: moving + fmt.Sprintf("$%d\r\n", size), tail: "\r\n" + moving + "+OK\r\n", size: size}
 	replies, stripped := 0, 0
-	s := &Stripper{Strip: stripMaint, OnReply: func() { replies++ }, OnStripped: func([]byte) { stripped++ }}
+	s := &Stripper{H: &Funcs{StripFunc: stripMaint, StrippedFunc: func([]byte) { stripped++ }}, OnReply: func() { replies++ }}
 	p := make([]byte, 32<<10)
 	var total int64
 	first := true
@@ -673,7 +673,7 @@ func TestStripperZeroAlloc(t *testing.T) {
 	stream := replyMix(1 << 20)
 	r := &loopReader{data: stream, chunk: 32 << 10}
 	replies := 0
-	s := &Stripper{Strip: stripMaint, OnReply: func() { replies++ }, OnStripped: func([]byte) {}}
+	s := &Stripper{H: &Funcs{StripFunc: stripMaint, StrippedFunc: func([]byte) {}}, OnReply: func() { replies++ }}
 	p := make([]byte, 16<<10)
 	// Warm up: the stripped-push buffer is allocated once.
 	for range 200 {
@@ -769,7 +769,7 @@ func benchStream(b *testing.B, stream []byte, read func(r io.Reader, p []byte) (
 // BenchmarkStripperThroughput measures Stripper.Read over a realistic reply
 // mix delivered in 32 KiB chunks.
 func BenchmarkStripperThroughput(b *testing.B) {
-	s := &Stripper{Strip: stripMaint, OnReply: func() {}, OnStripped: func([]byte) {}}
+	s := &Stripper{H: &Funcs{StripFunc: stripMaint, StrippedFunc: func([]byte) {}}, OnReply: func() {}}
 	benchReader(b, s.Read)
 	if s.Passthrough() {
 		b.Fatal("stream was found malformed")
@@ -806,7 +806,7 @@ func smallMix(size int) []byte {
 // BenchmarkStripperSmallReplies measures Stripper.Read over small replies
 // only, in 32 KiB chunks.
 func BenchmarkStripperSmallReplies(b *testing.B) {
-	s := &Stripper{Strip: stripMaint, OnReply: func() {}}
+	s := &Stripper{H: &Funcs{StripFunc: stripMaint}, OnReply: func() {}}
 	benchStream(b, smallMix(1<<20), s.Read)
 }
 
@@ -846,7 +846,7 @@ func BenchmarkStripperReplies(b *testing.B) {
 		{"pubsub10", bytes.Repeat(msg, 10), 0},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			s := &Stripper{Strip: stripMaint} // no OnReply: maint counts by Replies
+			s := &Stripper{H: &Funcs{StripFunc: stripMaint}} // no OnReply: maint counts by Replies
 			r := &onceReader{data: bc.in}
 			p := make([]byte, 32<<10)
 			b.ReportAllocs()
@@ -860,4 +860,13 @@ func BenchmarkStripperReplies(b *testing.B) {
 			}
 		})
 	}
+}
+
+// funcs returns s's Handler as the Funcs the tests set, making one if s has
+// none.
+func funcs(s *Stripper) *Funcs {
+	if s.H == nil {
+		s.H = &Funcs{}
+	}
+	return s.H.(*Funcs)
 }
