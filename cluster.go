@@ -892,10 +892,7 @@ func (m *Maint) drainEmptied(seq int64, rdb *redis.Client, afterMaps uint64) {
 		}
 		if !retired && (cs == nil || cs.maps.Load() > afterMaps) && m.quiet(rdb) {
 			retired = true
-			n := 0
-			for _, nd := range m.nodeList() {
-				n += m.retire(nd, true)
-			}
+			n := m.retireEmptiedConns(cs)
 			m.emit(Event{Kind: EventRetire, Seq: seq, Count: n, Detail: "the connections of a node with no slot"})
 		}
 		if retired {
@@ -921,6 +918,38 @@ func (m *Maint) drainEmptied(seq int64, rdb *redis.Client, afterMaps uint64) {
 			return
 		}
 	}
+}
+
+// retireEmptiedConns retires the connections of m's node, left with no
+// slot, but for its sharded subscribers in one slot: those follow their
+// slot (clusterpubsub.go), closed once go-redis's own slot map, the one its
+// PubSub reconnects by, gives the slot to another node. The map cs.maps
+// counts is the one maint hands go-redis in its CLUSTER SLOTS hook, before
+// go-redis installs it: a subscriber closed then would reconnect by the
+// old map, to this node, where its SSUBSCRIBE meets MOVED, which go-redis
+// does not follow for a PubSub. Where maint does not know the ClusterClient
+// (no slot map to follow), they are retired with the others.
+func (m *Maint) retireEmptiedConns(cs *clusterState) int {
+	follow := cs != nil && cs.subs.owners.Load() != nil
+	n := 0
+	var subs []*conn
+	for _, nd := range m.nodeList() {
+		for _, c := range nd.snapshot() {
+			if follow {
+				if slots, complete := c.shardSlots(); len(slots) == 1 && complete {
+					subs = append(subs, c)
+					continue
+				}
+			}
+			if m.retireConn(c, true) {
+				n++
+			}
+		}
+	}
+	if len(subs) > 0 {
+		m.followShards(&cs.subs, subs, nil, "its node was left with no slot")
+	}
+	return n
 }
 
 // quiet reports whether no command uses or waits for a connection of m's

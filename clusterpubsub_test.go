@@ -723,3 +723,106 @@ func spublishUntilSeen(ctx context.Context, pub *redis.ClusterClient, msgs <-cha
 	}
 	return false
 }
+
+// slowSlotMaps is an application's hook on every node client, outside
+// maint's: go-redis installs a CLUSTER SLOTS reply d after maint saw it
+// (maint counts the map handed in its hook, before go-redis stores it), as
+// a slow scheduler between go-redis's reload and its state.Store does.
+type slowSlotMaps struct{ d time.Duration }
+
+func (slowSlotMaps) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h slowSlotMaps) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if _, ok := cmd.(*redis.ClusterSlotsCmd); ok {
+			time.Sleep(h.d)
+		}
+		return err
+	}
+}
+func (slowSlotMaps) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestClusterShardedSubscriberOfEmptiedNodeFollowsInstalledMap: node A gives
+// all its slots to B (SMIGRATED only, no sunsubscribe), and go-redis
+// installs each slot map 200ms after its CLUSTER SLOTS reply. A's sharded
+// subscriber must reach B: the retirement of the emptied source must not
+// close it before go-redis routes by the new map (it would resubscribe on A
+// by the old one, meet MOVED and stay silent for good).
+func TestClusterShardedSubscriberOfEmptiedNodeFollowsInstalledMap(t *testing.T) {
+	routes := []struct {
+		name string
+		mk   func(t *testing.T, opt *redis.ClusterOptions) (*redis.ClusterClient, func())
+	}{
+		{"options route", func(t *testing.T, opt *redis.ClusterOptions) (*redis.ClusterClient, func()) {
+			g := maint.NewGroup()
+			return g.NewClusterClient(opt), func() { _ = g.Close() }
+		}},
+		{"Instrument", func(t *testing.T, opt *redis.ClusterOptions) (*redis.ClusterClient, func()) {
+			cc := redis.NewClusterClient(opt)
+			g, err := maint.Instrument(cc)
+			require.NoError(t, err)
+			return cc, func() { _ = g.Close() }
+		}},
+	}
+	for _, rt := range routes {
+		t.Run(rt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			emu, err := mainttest.New(mainttest.Config{Logf: t.Logf})
+			require.NoError(t, err)
+			defer emu.Close()
+			cl, err := emu.NewCluster(mainttest.ClusterConfig{})
+			require.NoError(t, err)
+			cl.SetShardUnsubscribePush(false)
+			a, b := cl.Nodes()[0], cl.Nodes()[1]
+			var x string
+			for i := 0; ; i++ {
+				if x = "{empt" + strconv.Itoa(i) + "}:x"; cl.OwnerOf(x) == a {
+					break
+				}
+			}
+			opt := &redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 3, Dialer: emu.Dialer(),
+				NewClient: func(o *redis.Options) *redis.Client {
+					c := redis.NewClient(o)
+					c.AddHook(slowSlotMaps{d: 200 * time.Millisecond})
+					return c
+				}}
+			cc, done := rt.mk(t, opt)
+			defer done()
+			defer cc.Close()
+			pub := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 3, Dialer: emu.Dialer()})
+			defer pub.Close()
+
+			ps := cc.SSubscribe(ctx, x)
+			defer ps.Close()
+			_, err = ps.ReceiveTimeout(ctx, 5*time.Second)
+			require.NoError(t, err)
+			msgs := ps.Channel()
+
+			_, err = cl.MigrateSlots(mainttest.SlotMigration{From: a, To: b,
+				Slots: mainttest.FormatSlots(cl.Slots(a)), Duration: 100 * time.Millisecond})
+			require.NoError(t, err)
+			_, err = emu.WaitEvent(ctx, mainttest.IsKind(a, mainttest.KindSMigrated))
+			require.NoError(t, err)
+
+			// Within 3s of the SMIGRATED, a message published on x arrives.
+			end := time.After(3 * time.Second)
+			tk := time.NewTicker(50 * time.Millisecond)
+			defer tk.Stop()
+			for seq := 0; ; seq++ {
+				select {
+				case m := <-msgs:
+					if m.Channel == x {
+						return
+					}
+				case <-tk.C:
+					_ = pub.SPublish(ctx, x, strconv.Itoa(seq)).Err()
+				case <-end:
+					t.Fatalf("%s: no message on %s within 3s of the SMIGRATED: its subscriber stayed on %s", rt.name, x, a.Addr())
+				}
+			}
+		})
+	}
+}
