@@ -294,6 +294,18 @@ const (
 
 var columnNames = [numColumns]string{"maint AddHook", "maint options", "go-redis built-in", "no handler"}
 
+// cellNotRun is the cell of the built-in's column under the race detector.
+const cellNotRun = "not run (-race)"
+
+// builtinUnderRace is why the built-in's column is not run under the race
+// detector: go-redis v9.23's handoff worker re-initializes a connection
+// (SetNetConnAndInitConn: HELLO, the opt-in) while a command of the
+// application reads on it, a data race in go-redis that the race detector
+// reports (seen under load, with a reply misparsed in the same column:
+// "can't parse reply"). A report fails the whole test binary, whatever maint
+// did; the column runs, and is tabled, without -race.
+const builtinUnderRace = "go-redis's built-in handler races with itself under -race (its handoff re-initializes a connection in use): column run without -race only"
+
 func (c column) String() string { return columnNames[c] }
 func (c column) maint() bool    { return c == colAddHook || c == colOptions }
 
@@ -729,6 +741,10 @@ func (sc scenario) run(t *testing.T) {
 	}
 	together(t, names, func(t *testing.T, i int) {
 		col := column(i)
+		if col == colBuiltin && raceOn {
+			record(sc.name, sc.criterion, sc.controlsMayPass, col, cellNotRun)
+			t.Skip(builtinUnderRace)
+		}
 		w := sc.world
 		if w == nil {
 			w = func(t *testing.T) *world { return newWorld(t, false, nil) }
@@ -851,7 +867,8 @@ func accidents() []string {
 			order = append(order, name)
 		}
 		f.maintPass = f.maintPass && r.cells[colAddHook] == "pass" && r.cells[colOptions] == "pass"
-		f.controlFails = f.controlFails || r.cells[colBuiltin] != "pass" || r.cells[colNone] != "pass"
+		builtinFails := r.cells[colBuiltin] != "pass" && r.cells[colBuiltin] != cellNotRun
+		f.controlFails = f.controlFails || builtinFails || r.cells[colNone] != "pass"
 		f.mayPass = f.mayPass || r.controlsMayPass != ""
 	}
 	var out []string

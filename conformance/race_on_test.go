@@ -1,0 +1,6 @@
+//go:build race
+
+package conformance_test
+
+// raceOn: the race detector is on (see builtinUnderRace).
+const raceOn = true
