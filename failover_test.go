@@ -131,8 +131,8 @@ func (r *failoverRun) switchedAt(d time.Duration) time.Time {
 // old master refusing connections at the window's end and the Discovery
 // Service naming the successor as the window ends or 0.5 s later: maint
 // holds the new work until the service names the new master, fails no
-// command, runs no write twice, and leaves no connection for the old master
-// to close.
+// command, runs no write twice, and leaves no connection that carried a
+// command for the old master to close.
 func TestFailoverClientMovingOfTheMaster(t *testing.T) {
 	const window = 2 * time.Second
 	cases := []struct {
@@ -158,7 +158,18 @@ func TestFailoverClientMovingOfTheMaster(t *testing.T) {
 				r.finish(switched, 0) // drained before the window's end
 				st := r.g.Stats()
 				assert.EqualValues(t, 1, st.Handoffs, "one handoff")
-				assert.Zero(t, r.e.old.Stats().ClosedAtWindowEnd, "connections the old master had to close at the window's end")
+				// A dial in flight when the handoff retires the node can land
+				// there and be told of the MOVING in its own handshake; with
+				// every command held (no successor named yet) none comes to
+				// it, and maint leaves it to its first command (M15): the
+				// server's close at the window's end finds it with nothing on
+				// it. Any other connection is maint's to have moved.
+				old := r.e.old.Stats()
+				assert.Zero(t, old.ClosedAtWindowEnd-old.UnusedAtWindowEnd,
+					"connections that had carried commands, which the old master had to close at the window's end")
+				if old.UnusedAtWindowEnd > 0 {
+					t.Logf("connections with nothing but their handshake closed at the window's end: %d", old.UnusedAtWindowEnd)
+				}
 			})
 		}
 	}

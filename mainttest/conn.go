@@ -43,6 +43,10 @@ type conn struct {
 	ctx    context.Context // cancelled by shutdown
 	cancel context.CancelFunc
 
+	// used: the client sent a command beyond a connection's handshake
+	// (see Stats.UnusedAtWindowEnd); read and written under mu.
+	used bool
+
 	mu      sync.Mutex
 	cond    *sync.Cond // wakes writeLoop
 	fcond   *sync.Cond // wakes forwardLoop
@@ -99,6 +103,7 @@ func (c *conn) shutdown(reason string, byEmulator bool) (owed int64, ok bool) {
 	}
 	c.closed = true
 	owed = int64(len(c.outQ))
+	used := c.used
 	bc := c.bc
 	c.cond.Broadcast()
 	c.fcond.Broadcast()
@@ -119,6 +124,9 @@ func (c *conn) shutdown(reason string, byEmulator bool) (owed int64, ok bool) {
 	}
 	if reason == "window_end" {
 		ep.stats.ClosedAtWindowEnd++
+		if !used {
+			ep.stats.UnusedAtWindowEnd++
+		}
 	}
 	ep.mu.Unlock()
 	if m := ep.cluster.Load(); m != nil {
@@ -270,6 +278,9 @@ func (c *conn) readLoop(cr *bufio.Reader) {
 		replies := 1
 		var onReply func([]byte)
 		c.mu.Lock()
+		if !c.used && !isHandshakeName(name) {
+			c.used = true
+		}
 		switch sub, unsub := subscribeLike(name); {
 		case sub || unsub:
 			switch {
@@ -572,4 +583,16 @@ func (c *conn) writeLoop() {
 func (c *conn) popLocked() {
 	c.outQ[0] = entry{}
 	c.outQ = c.outQ[1:]
+}
+
+// isHandshakeName reports whether a command of this name (upper case, as
+// resp.CommandName gives it) is one a client sends in a connection's
+// handshake (go-redis's: HELLO, AUTH, SELECT, READONLY, CLIENT SETNAME /
+// SETINFO / TRACKING / MAINT_NOTIFICATIONS).
+func isHandshakeName(name string) bool {
+	switch name {
+	case "HELLO", "AUTH", "SELECT", "READONLY", "CLIENT":
+		return true
+	}
+	return false
 }

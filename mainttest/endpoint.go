@@ -88,8 +88,11 @@ type Stats struct {
 	Handshakes int
 
 	// ClosedAtWindowEnd counts the connections the Emulator closed at the
-	// end of a MOVING window, summed over MOVINGs.
+	// end of a MOVING window, summed over MOVINGs; UnusedAtWindowEnd those
+	// of them that had sent no command beyond a handshake's (HELLO, AUTH,
+	// SELECT, READONLY, CLIENT ...).
 	ClosedAtWindowEnd int
+	UnusedAtWindowEnd int
 
 	// Served counts backend replies relayed to clients (intercepted
 	// handshakes, pushes and unsolicited frames are not counted).

@@ -180,6 +180,23 @@ func TestMovingSupersede(t *testing.T) {
 	}
 }
 
+// A connection that sent nothing but its handshake is counted apart among
+// those a window's end closes (Stats.UnusedAtWindowEnd).
+func TestUnusedConnectionsAtWindowEnd(t *testing.T) {
+	e := newEmu(t, Config{})
+	old, nw := pairEndpoints(t, e)
+	used := optedInClient(t, old, "internal-ip")
+	if r := used.do("PING"); r != "+PONG\r\n" {
+		t.Fatal(r)
+	}
+	_ = optedInClient(t, old, "internal-ip") // HELLO and the opt-in only
+	old.Moving(Moving{Window: 100 * time.Millisecond, To: nw})
+	waitEvent(t, e, IsKind(old, KindWindowEndClose))
+	if s := old.Stats(); s.ClosedAtWindowEnd != 2 || s.UnusedAtWindowEnd != 1 {
+		t.Fatalf("stats %+v: want 2 closed at the window's end, 1 of them unused", s)
+	}
+}
+
 func TestRefuseNewAndCloseAll(t *testing.T) {
 	e := newEmu(t, Config{})
 	ep := addEndpoint(t, e, "127.0.0.2:0")
