@@ -41,30 +41,30 @@ func toMono(t time.Time) mono {
 	return clockNow().of(wallOf(t))
 }
 
-// askedOf is what a deadline setter records of t: 0 for the zero time,
-// else t's wall-clock reading (wallOf), with no clock read and no
-// conversion: two loads and a compare on a setter's path, which go-redis
-// takes three times a command.
+// askedOf is what a deadline setter records of t: 0 for the zero time; a
+// wall-clock time in Local (go-redis's deadlines, t.Local() == t: Local
+// strips a monotonic reading, as Round(0) does, see the time package)
+// within two centuries of the Unix epoch as it is (wallOf), with no clock
+// read and no conversion; else toMono(t).
 //
 // A wall-clock time is not converted against monoBase's own wall reading:
 // that would move it by every step of the wall clock since the process
 // started (a deadline an hour later than go-redis asked for after the
 // clock was set an hour ahead, or one long passed after it was set back).
 // Converted when it is read, against the clock then (clock.of), only a step
-// between go-redis's setting it and maint's reading it (a refloor, or the
-// judgement of a timeout, while the command waits) can move it, as such a
-// step moves the socket's own for go-redis's deadlines (the runtime takes
-// a wall-clock deadline as time.Until at the SetDeadline call). A context's
-// deadline, which carries a monotonic reading, is kept by its wall reading
-// too: the socket still gets it as given, monotonic reading and all.
+// between go-redis's setting it and maint's reading it can move it, as such
+// a step moves the socket's own (the runtime takes a wall-clock deadline as
+// time.Until at the SetDeadline call).
 func askedOf(t time.Time) mono {
-	if s := t.Unix(); uint64(s-1) < maxWallSec {
-		return -(s*int64(time.Second) + int64(t.Nanosecond()))
-	}
 	if t.IsZero() {
 		return 0
 	}
-	return wallOf(t)
+	if t.Local() == t {
+		if s := t.Unix(); uint64(s-1) < maxWallSec {
+			return -(s*int64(time.Second) + int64(t.Nanosecond()))
+		}
+	}
+	return toMono(t)
 }
 
 // maxWallSec bounds the seconds after the Unix epoch of a wall-clock time
