@@ -143,6 +143,31 @@ func TestWallClockStepMovesNoDeadline(t *testing.T) {
 	}
 }
 
+// A context's deadline is kept by its monotonic reading: a step of the wall
+// clock since the context was made does not make a refloor shorten it (a
+// 30 s deadline left 30 s, not cut to the 10 s relaxed floor after a 25 s
+// step), and one set during maintenance reaches the socket with its
+// monotonic reading, which no later step moves.
+func TestContextDeadlineSurvivesAWallClockStep(t *testing.T) {
+	real := clockNow
+	t.Cleanup(func() { clockNow = real }) // after the Maint's Close (cleanups run last first)
+	m := New(WithLogf(t.Logf), WithRelaxedTimeout(10*time.Second))
+	t.Cleanup(func() { _ = m.Close() })
+	c, raw := wrapDL(t, m, "127.0.0.2:6379", nil)
+	oweReply(t, c)
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(30*time.Second))) // a context's: monotonic
+	clockNow = func() clock { k := real(); k.wall += int64(25 * time.Second); return k }
+	m.relax(c.n, notif(resp.KindMigrating, 1, "")) // refloor
+	got, _ := raw.lastRead()
+	assert.InDelta(t, 30*time.Second, time.Until(got), float64(time.Second), "refloored after a step: not shortened")
+
+	clockNow = func() clock { k := real(); k.wall -= int64(time.Hour); return k }
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(30*time.Second))) // during the maintenance
+	got, _ = raw.lastRead()
+	assert.InDelta(t, 30*time.Second, time.Until(got), float64(time.Second), "set during the maintenance")
+	assert.Contains(t, got.String(), "m=", "the socket's deadline keeps its monotonic reading")
+}
+
 // A timeout names the relaxation only when one was applied to the deadline
 // that expired; a probe's deadline (no reply owed) is never relaxed, however
 // short, and a reply's always is.
