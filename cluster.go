@@ -830,7 +830,10 @@ func (cs *clusterState) goneFor(m *Maint, now mono) time.Duration {
 // (no connection in use, no command waiting for one: a command routed there
 // before the reload still gets a connection, the endpoint refusing new
 // ones), every connection that owes nothing is closed, and the others as
-// their replies come in. The endpoint's removal then finds none. Bounded by
+// their replies come in; its sharded subscribers in one slot follow their
+// slot instead (retireEmptiedConns). The endpoint's removal then finds
+// none, but a subscriber whose slot go-redis's map still gives to this node
+// when the follow's bound passes (S1b). Bounded by
 // emptiedFor; rdb is m's node client, nil when unknown (then a connection
 // owing nothing counts as quiet).
 func (m *Maint) retireEmptied(seq int64, why string, rdb *redis.Client, afterMaps uint64) {

@@ -43,9 +43,10 @@ type conn struct {
 	ctx    context.Context // cancelled by shutdown
 	cancel context.CancelFunc
 
-	// used: the client sent a command beyond a connection's handshake
-	// (see Stats.UnusedAtWindowEnd); read and written under mu.
-	used bool
+	// used: the client sent a command beyond a connection's handshake;
+	// toldAtOptIn: its opt-in's reply replayed an open MOVING (see
+	// Stats.UnusedAtWindowEnd). Read and written under mu.
+	used, toldAtOptIn bool
 
 	mu      sync.Mutex
 	cond    *sync.Cond // wakes writeLoop
@@ -103,7 +104,7 @@ func (c *conn) shutdown(reason string, byEmulator bool) (owed int64, ok bool) {
 	}
 	c.closed = true
 	owed = int64(len(c.outQ))
-	used := c.used
+	unused := !c.used && c.toldAtOptIn
 	bc := c.bc
 	c.cond.Broadcast()
 	c.fcond.Broadcast()
@@ -124,7 +125,7 @@ func (c *conn) shutdown(reason string, byEmulator bool) (owed int64, ok bool) {
 	}
 	if reason == "window_end" {
 		ep.stats.ClosedAtWindowEnd++
-		if !used {
+		if unused {
 			ep.stats.UnusedAtWindowEnd++
 		}
 	}

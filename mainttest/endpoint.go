@@ -89,7 +89,8 @@ type Stats struct {
 
 	// ClosedAtWindowEnd counts the connections the Emulator closed at the
 	// end of a MOVING window, summed over MOVINGs; UnusedAtWindowEnd those
-	// of them that had sent no command beyond a handshake's (HELLO, AUTH,
+	// of them that were told of the MOVING in their opt-in's reply (the
+	// replay) and sent no command beyond a handshake's (HELLO, AUTH,
 	// SELECT, READONLY, CLIENT ...).
 	ClosedAtWindowEnd int
 	UnusedAtWindowEnd int

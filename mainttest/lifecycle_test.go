@@ -180,20 +180,28 @@ func TestMovingSupersede(t *testing.T) {
 	}
 }
 
-// A connection that sent nothing but its handshake is counted apart among
-// those a window's end closes (Stats.UnusedAtWindowEnd).
+// A connection told of the MOVING in its opt-in's reply that then sent
+// nothing but its handshake is counted apart among those a window's end
+// closes (Stats.UnusedAtWindowEnd): not one that sent a command, nor an
+// idle one that opted in before the MOVING.
 func TestUnusedConnectionsAtWindowEnd(t *testing.T) {
 	e := newEmu(t, Config{})
 	old, nw := pairEndpoints(t, e)
-	used := optedInClient(t, old, "internal-ip")
-	if r := used.do("PING"); r != "+PONG\r\n" {
+	before := optedInClient(t, old, "internal-ip")
+	if r := before.do("PING"); r != "+PONG\r\n" {
 		t.Fatal(r)
 	}
-	_ = optedInClient(t, old, "internal-ip") // HELLO and the opt-in only
-	old.Moving(Moving{Window: 100 * time.Millisecond, To: nw})
+	_ = optedInClient(t, old, "internal-ip") // idle, opted in before the MOVING
+	seq := old.Moving(Moving{Window: 300 * time.Millisecond, To: nw})
+	told := optedInClient(t, old, "internal-ip") // told by the replay, then used
+	told.expect(string(resp.AppendMoving(nil, seq, 1, nw.Addr(), false)))
+	if r := told.do("PING"); r != "+PONG\r\n" {
+		t.Fatal(r)
+	}
+	_ = optedInClient(t, old, "internal-ip") // told by the replay, then nothing
 	waitEvent(t, e, IsKind(old, KindWindowEndClose))
-	if s := old.Stats(); s.ClosedAtWindowEnd != 2 || s.UnusedAtWindowEnd != 1 {
-		t.Fatalf("stats %+v: want 2 closed at the window's end, 1 of them unused", s)
+	if s := old.Stats(); s.ClosedAtWindowEnd != 4 || s.UnusedAtWindowEnd != 1 {
+		t.Fatalf("stats %+v: want 4 closed at the window's end, 1 of them told at its opt-in and unused", s)
 	}
 }
 

@@ -47,6 +47,7 @@ func (ep *Endpoint) optIn(c *conn, typ string) {
 		if mv := ep.moving; mv != nil {
 			left := wireSeconds(time.Until(mv.end))
 			reply = mv.appendFrame(reply, left, typ)
+			c.toldAtOptIn = true
 			replays = append(replays, Event{Seq: mv.seq, Detail: fmt.Sprintf("moving time=%d", left)})
 		}
 	}
