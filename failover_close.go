@@ -354,6 +354,18 @@ func (m *Maint) rerunNotWritten(ctx context.Context, again func() error, err err
 	return err
 }
 
+// notRun is err for a command (or pipeline) that was not written and whose
+// context ended before it could run again: wrapped with the context's
+// error, so that errors.Is(err, context.Canceled) (or DeadlineExceeded)
+// tells the application why it did not run, as it does for a command held
+// until its context ended (ErrHeld). ok reports that err was such an error.
+func (m *Maint) notRun(ctx context.Context, err error) (_ error, ok bool) {
+	if cerr := ctx.Err(); cerr != nil && m.notWrittenErr(err) {
+		return fmt.Errorf("maint: not run, its context ended before it could run again: %w (%w)", cerr, err), true
+	}
+	return err, false
+}
+
 // runsAgain reports whether the process hooks run cmds again after err:
 // it says they were not written (notWrittenErr), and they are not the
 // handshake's own commands cut with their connection (handshakeOnly).

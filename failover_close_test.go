@@ -225,3 +225,47 @@ func TestFailoverConnDeferredCloseEndsWithTheMaint(t *testing.T) {
 	require.NoError(t, f.Close())
 	assert.True(t, closedRaw(raw), "closed at once by a closed Maint")
 }
+
+// A command refused unwritten (errNotWritten) whose context ended before it
+// could run again fails with an error that wraps the context's, so that
+// errors.Is tells the application why it did not run; the command's own
+// error and a pipeline's commands' errors say the same.
+func TestNotWrittenCommandWhoseContextEndedSaysSo(t *testing.T) {
+	m := New(WithLogf(t.Logf))
+	defer m.Close()
+	notWritten := fmt.Errorf("%w (%w)", errNotWritten, ErrRetired)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+
+	ran := 0
+	hook := m.ProcessHook(func(ctx context.Context, cmd redis.Cmder) error {
+		ran++
+		cmd.SetErr(notWritten)
+		return notWritten
+	})
+	cmd := redis.NewStatusCmd(ctx, "set", "k", "v")
+	err := hook(ctx, cmd)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.ErrorIs(t, err, ErrRetired, "and why it was not written")
+	assert.Equal(t, err, cmd.Err(), "the command's own error")
+	assert.Equal(t, 1, ran, "not run again once its context ended")
+
+	phook := m.ProcessPipelineHook(func(ctx context.Context, cmds []redis.Cmder) error {
+		setErrs(cmds, notWritten)
+		return notWritten
+	})
+	cmds := []redis.Cmder{redis.NewStatusCmd(ctx, "set", "a", "1"), redis.NewStatusCmd(ctx, "set", "b", "2")}
+	err = phook(ctx, cmds)
+	assert.ErrorIs(t, err, context.Canceled)
+	for _, c := range cmds {
+		assert.ErrorIs(t, c.Err(), context.Canceled, c.Name())
+	}
+
+	// With its context alive, the error is left as it is.
+	live := redis.NewStatusCmd(context.Background(), "set", "k", "v")
+	plain := m.ProcessHook(func(ctx context.Context, cmd redis.Cmder) error {
+		cmd.SetErr(ErrRetired)
+		return ErrRetired
+	})
+	assert.Same(t, ErrRetired, plain(context.Background(), live))
+}

@@ -116,6 +116,10 @@ func (m *Maint) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 				}
 				return next(ctx, cmd)
 			}, err)
+			if e, ok := m.notRun(ctx, err); ok {
+				cmd.SetErr(e)
+				err = e
+			}
 		}
 		if err != nil {
 			if cs := m.s.cluster; cs != nil {
@@ -172,6 +176,10 @@ func (m *Maint) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 				setErrs(cmds, nil)
 				return m.txNotWritten(cmds, next(ctx, cmds))
 			}, m.txNotWritten(cmds, err))
+			if e, ok := m.notRun(ctx, err); ok {
+				setErrs(cmds, e)
+				err = e
+			}
 		}
 		if err != nil {
 			m.noteErr(err)

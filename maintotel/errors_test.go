@@ -120,14 +120,14 @@ func TestErrorPathTimeoutUnderMaintenance(t *testing.T) {
 }
 
 // heldCommand starts a null-endpoint MOVING whose DNS moves long after the
-// window and waits until maint holds new commands. It returns how many
-// commands redis.client.errors had recorded by then.
+// window and waits until maint holds new commands.
 //
 // Its traffic (which makes a connection read the MOVING) runs under a
 // context it cancels once the hold is seen: a PING that enters the hook
 // after the hold began is held as the test's own command is, and with no
-// deadline of its own it would wait out the whole hold budget.
-func heldCommand(t *testing.T, p *errorPath) int64 {
+// deadline of its own it would wait out the whole hold budget. Those PINGs
+// fail with their context, and redis.client.errors records them.
+func heldCommand(t *testing.T, p *errorPath) {
 	t.Helper()
 	p.old.Moving(mainttest.Moving{Window: time.Second, To: p.new, Null: true, StopAccepting: true,
 		DNSHost: host, DNSLag: time.Minute})
@@ -151,23 +151,31 @@ func heldCommand(t *testing.T, p *errorPath) int64 {
 	if p.ev.count(maint.EventHold) == 0 {
 		t.Fatal("timed out waiting for the hold")
 	}
-	m, ok := collect(t, p.reader)[maintotel.MetricErrors]
+}
+
+// errorsOfType returns the point of redis.client.errors whose error.type is
+// typ, and whether there is one.
+func errorsOfType(t *testing.T, r *sdkmetric.ManualReader, typ string) (metricdata.DataPoint[int64], bool) {
+	t.Helper()
+	m, ok := collect(t, r)[maintotel.MetricErrors]
 	if !ok {
-		return 0
+		return metricdata.DataPoint[int64]{}, false
 	}
-	var n int64
 	for _, pt := range m.Data.(metricdata.Sum[int64]).DataPoints {
-		n += pt.Value
+		if has(pt.Attributes, attribute.String(maintotel.AttrErrorType, typ)) {
+			return pt, true
+		}
 	}
-	return n
+	return metricdata.DataPoint[int64]{}, false
 }
 
 // A command held for a replacement until its context ends: the
 // application sees maint.ErrHeld wrapping context.DeadlineExceeded; the
-// point is maint.ErrHeld, other, not internal.
+// point is maint.ErrHeld, other, not internal, one more than before it.
 func TestErrorPathHeldUntilItsContextEnds(t *testing.T) {
 	p := newErrorPath(t, 2, time.Second, maint.WithHoldBudget(time.Minute))
-	before := heldCommand(t, p)
+	heldCommand(t, p)
+	before, _ := errorsOfType(t, p.reader, "maint.ErrHeld")
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -178,7 +186,18 @@ func TestErrorPathHeldUntilItsContextEnds(t *testing.T) {
 	if took := time.Since(start); took > 10*time.Second {
 		t.Errorf("the held command returned after %v, its context ended after 100ms", took)
 	}
-	wantErrors(t, p.reader, before+1, false, "maint.ErrHeld", maintotel.CategoryOther)
+	pt, ok := errorsOfType(t, p.reader, "maint.ErrHeld")
+	want := []attribute.KeyValue{
+		attribute.String(maintotel.AttrErrorCategory, maintotel.CategoryOther),
+		attribute.Bool(maintotel.AttrErrorInternal, false),
+		attribute.Int(maintotel.AttrRetryAttempts, 0),
+		attribute.String(maintotel.AttrDBSystem, "redis"),
+		attribute.String(maintotel.AttrLibrary, maintotel.Library()),
+	}
+	if !ok || pt.Value != before.Value+1 || !has(pt.Attributes, want...) {
+		t.Errorf("maint.ErrHeld point: %d %v (before the command: %d)\nwant %d with %v",
+			pt.Value, pt.Attributes.ToSlice(), before.Value, before.Value+1, want)
+	}
 }
 
 // A blocking command in flight on a retired connection when the drain cap
