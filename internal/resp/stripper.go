@@ -91,47 +91,6 @@ type Handler interface {
 	Malformed(err error)
 }
 
-// Funcs is a Handler made of functions, any of which may be nil: a nil
-// Strip strips nothing, another nil function ignores its event.
-type Funcs struct {
-	StripFunc     func(name []byte) bool
-	StrippedFunc  func(frame []byte)
-	OversizeFunc  func(name []byte, size int64)
-	DroppedFunc   func(frame []byte)
-	MalformedFunc func(err error)
-}
-
-// Strip calls StripFunc, if set.
-func (f *Funcs) Strip(name []byte) bool { return f.StripFunc != nil && f.StripFunc(name) }
-
-// Stripped calls StrippedFunc, if set.
-func (f *Funcs) Stripped(frame []byte) {
-	if f.StrippedFunc != nil {
-		f.StrippedFunc(frame)
-	}
-}
-
-// Oversize calls OversizeFunc, if set.
-func (f *Funcs) Oversize(name []byte, size int64) {
-	if f.OversizeFunc != nil {
-		f.OversizeFunc(name, size)
-	}
-}
-
-// Dropped calls DroppedFunc, if set.
-func (f *Funcs) Dropped(frame []byte) {
-	if f.DroppedFunc != nil {
-		f.DroppedFunc(frame)
-	}
-}
-
-// Malformed calls MalformedFunc, if set.
-func (f *Funcs) Malformed(err error) {
-	if f.MalformedFunc != nil {
-		f.MalformedFunc(err)
-	}
-}
-
 // Stripper removes selected push frames from a RESP3 reply stream.
 //
 // It parses the stream incrementally, as it arrives in arbitrary chunks,
@@ -1205,16 +1164,16 @@ func (s *Stripper) topDone(buf []byte, end int) {
 		s.sbuf = s.sbuf[:0]
 		s.oversize = false
 		switch {
-		case s.H == nil:
-			if how != pushDrop && frame == nil {
-				s.nOver++
-			}
 		case how == pushDrop:
-			s.H.Dropped(frame)
+			if s.H != nil {
+				s.H.Dropped(frame)
+			}
 		case frame == nil:
 			s.nOver++
-			s.H.Oversize(s.aux.name[:s.nname], size)
-		default:
+			if s.H != nil {
+				s.H.Oversize(s.aux.name[:s.nname], size)
+			}
+		case s.H != nil:
 			s.H.Stripped(frame)
 		}
 	}

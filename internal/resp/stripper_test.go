@@ -862,6 +862,47 @@ func BenchmarkStripperReplies(b *testing.B) {
 	}
 }
 
+// Funcs is a Handler made of functions, any of which may be nil: a nil
+// Strip strips nothing, another nil function ignores its event.
+type Funcs struct {
+	StripFunc     func(name []byte) bool
+	StrippedFunc  func(frame []byte)
+	OversizeFunc  func(name []byte, size int64)
+	DroppedFunc   func(frame []byte)
+	MalformedFunc func(err error)
+}
+
+// Strip calls StripFunc, if set.
+func (f *Funcs) Strip(name []byte) bool { return f.StripFunc != nil && f.StripFunc(name) }
+
+// Stripped calls StrippedFunc, if set.
+func (f *Funcs) Stripped(frame []byte) {
+	if f.StrippedFunc != nil {
+		f.StrippedFunc(frame)
+	}
+}
+
+// Oversize calls OversizeFunc, if set.
+func (f *Funcs) Oversize(name []byte, size int64) {
+	if f.OversizeFunc != nil {
+		f.OversizeFunc(name, size)
+	}
+}
+
+// Dropped calls DroppedFunc, if set.
+func (f *Funcs) Dropped(frame []byte) {
+	if f.DroppedFunc != nil {
+		f.DroppedFunc(frame)
+	}
+}
+
+// Malformed calls MalformedFunc, if set.
+func (f *Funcs) Malformed(err error) {
+	if f.MalformedFunc != nil {
+		f.MalformedFunc(err)
+	}
+}
+
 // funcs returns s's Handler as the Funcs the tests set, making one if s has
 // none.
 func funcs(s *Stripper) *Funcs {
