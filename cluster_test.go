@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -20,8 +21,8 @@ import (
 // 9: no command failed, no write ran twice, no redirect of a command sent
 // after maint read the SMIGRATED, one slot-map reload for it, and (remove)
 // no connection the removed endpoint had to close.
-func reshard(t *testing.T, maxRetries int, remove, options bool) {
-	ce := newClusterEnv(t, maxRetries, options)
+func reshard(t *testing.T, maxRetries int, remove, options bool, tune ...func(*redis.ClusterOptions)) {
+	ce := newClusterEnv(t, maxRetries, options, tune...)
 	src, a, b := ce.nodes[0], ce.nodes[1], ce.nodes[2]
 	l := startClusterLoad(ce.cc, 12)
 	waitFor(t, "load on every node", 20*time.Second, func() bool {
@@ -156,5 +157,24 @@ func TestClusterMigrationsInARowAndANewNode(t *testing.T) {
 			ce.contradictionsOnlyAhead(t) // maint never served a map the cluster disagreed with
 			assert.Zero(t, cst.Emptied, "no node was emptied")
 		})
+	}
+}
+
+// A reshard under each go-redis option that changes how the node clients'
+// pools open, time and reuse connections, or how their commands are split
+// across writes and reads: the same proof as TestClusterReshardUnderLoad.
+func TestClusterReshardUnderEachPoolOption(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		tune func(o *redis.ClusterOptions)
+	}{
+		{"MinIdleConns", func(o *redis.ClusterOptions) { o.MinIdleConns = o.PoolSize }},
+		{"NoTimeouts", func(o *redis.ClusterOptions) { o.ReadTimeout, o.WriteTimeout = -1, -1 }},
+		{"ContextTimeoutEnabled", func(o *redis.ClusterOptions) { o.ContextTimeoutEnabled = true }},
+		{"ConnMaxIdleTime", func(o *redis.ClusterOptions) { o.ConnMaxIdleTime = 150 * time.Millisecond }},
+		{"SmallBuffers", func(o *redis.ClusterOptions) { o.ReadBufferSize, o.WriteBufferSize = 64, 64 }},
+	} {
+		t.Run("Instrument/"+c.name, func(t *testing.T) { reshard(t, -1, false, false, c.tune) })
+		t.Run("options/"+c.name, func(t *testing.T) { reshard(t, -1, false, true, c.tune) })
 	}
 }

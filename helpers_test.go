@@ -1342,8 +1342,9 @@ type clusterEnv struct {
 
 // newClusterEnv installs maint with Instrument on an existing
 // ClusterClient, or (options) through the options route before the first
-// dial of every node client (Group.NewClusterClient).
-func newClusterEnv(t *testing.T, maxRetries int, options bool) *clusterEnv {
+// dial of every node client (Group.NewClusterClient); tune, if any, changes
+// the ClusterClient's options first.
+func newClusterEnv(t *testing.T, maxRetries int, options bool, tune ...func(*redis.ClusterOptions)) *clusterEnv {
 	t.Helper()
 	emu, err := mainttest.New(mainttest.Config{Logf: t.Logf})
 	require.NoError(t, err)
@@ -1359,6 +1360,9 @@ func newClusterEnv(t *testing.T, maxRetries int, options bool) *clusterEnv {
 		MaxRetries:   maxRetries,
 		ReadTimeout:  2 * time.Second,
 		WriteTimeout: 2 * time.Second,
+	}
+	for _, f := range tune {
+		f(opt)
 	}
 	mopts := []maint.Option{maint.WithLogf(func(f string, a ...any) {
 		t.Logf(f, a...)
