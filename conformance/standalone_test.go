@@ -914,3 +914,87 @@ func TestGoRedisE2EStress(t *testing.T) {
 		},
 	}.run(t)
 }
+
+// Lettuce's RelaxedTimeoutConfigurationTest parameters: a 30 ms command
+// timeout, relaxed by 100 ms during maintenance (maint's and go-redis's
+// relaxed timeout is the whole wait: 130 ms).
+const (
+	lettuceNormal  = 30 * time.Millisecond
+	lettuceRelaxed = lettuceNormal + 100*time.Millisecond
+)
+
+// TestLettuceTimeoutRelaxedDuringFailover ports Lettuce's
+// RelaxedTimeoutConfigurationTest.timeoutUnrelaxedOnFailedoverTest (shard
+// failover): a command sent as FAILING_OVER arrives, whose reply never
+// comes (Lettuce: a BLPOP on an empty list, here the tap's stall), times
+// out relaxed, between the normal 30 ms and the relaxed 130 ms; after
+// FAILED_OVER and a grace of 2 x 100 ms it times out at the normal 30 ms.
+// The node-redis scenarios relax at MIGRATING and MOVING; this is the only
+// one that relaxes at FAILING_OVER. maint is held to: at FAILING_OVER
+// 130 ms -20% / +20% (short: +4 x 30 ms), a *maint.TimeoutError; measured
+// 2 x relaxed + 0.5 s after the FAILED_OVER (maint keeps a tail after a
+// completion, RelaxedTail; the client reads the completion with its next
+// PING, every 100 ms), the quickest of 3 stalls at the normal timeout, a
+// plain error. The emulated node is not slowed during the failover: the
+// stall is the tap's, as Lettuce's is a BLPOP, and a 1.5 s slowdown would
+// time out every other command at these timeouts.
+func TestLettuceTimeoutRelaxedDuringFailover(t *testing.T) {
+	parallelTop(t)
+	scenario{
+		name:      "TestLettuceTimeoutRelaxedDuringFailover",
+		criterion: "30 ms timeout, relaxed 130 ms: at FAILING_OVER 130 ms ±20% (short: +120 ms), a maintenance error; after FAILED_OVER 30 ms, a plain error",
+		world: func(t *testing.T) *world {
+			return newWorld(t, false, func(p *phases) { p.latency = 0 })
+		},
+		check: func(ctx context.Context, t *testing.T, w *world, col column) error {
+			s := w.client(t, col, params{timeout: lettuceNormal, relaxed: lettuceRelaxed, endpointType: "external-ip", pool: 10})
+			if err := s.rdb.Ping(ctx).Err(); err != nil {
+				return err
+			}
+			o := w.observe(t)
+			since := time.Now()
+			wait := async(func() error { return w.action(ctx, "failover", nil) })
+			if _, err := o.wait(ctx, "FAILING_OVER", since); err != nil {
+				return errors.Join(err, wait())
+			}
+			d, serr := s.stall(ctx)
+			var errs []error
+			hi := lettuceRelaxed * 12 / 10
+			if !full() {
+				hi = lettuceRelaxed + 4*lettuceNormal
+			}
+			switch lo := lettuceRelaxed * 8 / 10; {
+			case serr == nil || !isTimeout(serr):
+				errs = append(errs, fmt.Errorf("at FAILING_OVER: want a timeout, got %v after %v", serr, d.Round(time.Millisecond)))
+			case d < lo || d >= hi:
+				errs = append(errs, fmt.Errorf("at FAILING_OVER: timed out after %v, want the relaxed %v within [%v, %v)", d.Round(time.Millisecond), lettuceRelaxed, lo, hi))
+			case col.maint() && !isMaintTimeout(serr):
+				errs = append(errs, fmt.Errorf("at FAILING_OVER: not a maintenance timeout: %v", serr))
+			}
+			// Lettuce's connection reads a push as it arrives; a pooled
+			// go-redis client when it uses the connection: PINGs every
+			// 100 ms until the measurement. At a 30 ms timeout a busy
+			// machine misses one now and then: a plain timeout of a PING
+			// is not what is measured (the stalls are); an error naming
+			// maintenance after the tail, or any other error, still fails.
+			tr := startTraffic(ctx, 1, 100*time.Millisecond, func(ctx context.Context, _, _ int) error {
+				if err := s.rdb.Ping(ctx).Err(); err != nil && !isTimeout(err) {
+					return err
+				}
+				return nil
+			})
+			fo, err := o.wait(ctx, "FAILED_OVER", since)
+			if err == nil {
+				sleepCtx(ctx, time.Until(fo.at.Add(2*lettuceRelaxed+500*time.Millisecond)))
+			}
+			errs = append(errs, err, tr.stop("pings"), wait())
+			if err := errors.Join(errs...); err != nil {
+				return err
+			}
+			if err := normalTimeout(ctx, s); err != nil {
+				return fmt.Errorf("after FAILED_OVER: %w", err)
+			}
+			return nil
+		},
+	}.run(t)
+}

@@ -314,6 +314,7 @@ type params struct {
 	timeout      time.Duration // socket / command timeout
 	relaxed      time.Duration // relaxed timeout
 	endpointType string        // moving-endpoint-type; "" for the client's default
+	addr         string        // the address dialled; "" for the database's
 	pool         int
 	minIdle      int
 	maxActive    int
@@ -332,8 +333,12 @@ type subject struct {
 }
 
 func (w *world) options(p params, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *redis.Options {
+	addr := w.addr
+	if p.addr != "" {
+		addr = p.addr
+	}
 	return &redis.Options{
-		Addr:           w.addr,
+		Addr:           addr,
 		Username:       w.db.Username,
 		Password:       w.db.Password,
 		Protocol:       3,
