@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,10 +17,17 @@ import (
 	"github.com/maintkit/maint/internal/slot"
 )
 
+// clusterParams are a cluster scenario's client parameters.
+type clusterParams struct {
+	timeout      time.Duration // socket timeout
+	relaxed      time.Duration // relaxed timeout; 0 for redis-py's 30 s
+	maxRedirects int           // ClusterOptions.MaxRedirects; 0 for go-redis's default (3)
+}
+
 // clusterClient builds the column's cluster client: maint by Instrument
 // (the AddHook route of a cluster: one Maint per node client) or by the
 // group's NewClusterClient (the options route), or a control.
-func (w *world) clusterClient(t *testing.T, col column, timeout time.Duration, taps *tapDialer) (*redis.ClusterClient, error) {
+func (w *world) clusterClient(t *testing.T, col column, cp clusterParams, taps *tapDialer) (*redis.ClusterClient, error) {
 	if w.cluster == nil {
 		t.Skip("the endpoints file has no OSS Cluster API database (REDIS_CLUSTER_ENDPOINT_NAME)")
 	}
@@ -27,9 +37,14 @@ func (w *world) clusterClient(t *testing.T, col column, timeout time.Duration, t
 	}
 	opt := &redis.ClusterOptions{
 		Addrs: addrs, Username: w.cluster.Username, Password: w.cluster.Password, Protocol: 3,
-		MaxRetries: -1, ReadTimeout: timeout, WriteTimeout: timeout, Dialer: taps.dial,
+		MaxRetries: -1, ReadTimeout: cp.timeout, WriteTimeout: cp.timeout, Dialer: taps.dial,
+		MaxRedirects: cp.maxRedirects,
 	}
-	mopts := []maint.Option{maint.WithRelaxedTimeout(30 * time.Second), maint.WithLogger(quietLog)}
+	relaxed := cp.relaxed
+	if relaxed == 0 {
+		relaxed = 30 * time.Second // redis-py's
+	}
+	mopts := []maint.Option{maint.WithRelaxedTimeout(relaxed), maint.WithLogger(quietLog)}
 	var cc *redis.ClusterClient
 	var g *maint.Group
 	switch col {
@@ -43,7 +58,7 @@ func (w *world) clusterClient(t *testing.T, col column, timeout time.Duration, t
 		g = maint.NewGroup(mopts...)
 		cc = g.NewClusterClient(opt)
 	case colBuiltin:
-		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeEnabled, RelaxedTimeout: 30 * time.Second}
+		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeEnabled, RelaxedTimeout: relaxed}
 		cc = redis.NewClusterClient(opt)
 	case colNone:
 		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
@@ -112,7 +127,7 @@ func TestRedisPyClusterCommandExecutionDuringSlotMigration(t *testing.T) {
 func clusterLoad(ctx context.Context, t *testing.T, w *world, col column, timeout time.Duration, workers int, pace time.Duration,
 	keyPattern string, actions func(ctx context.Context) error) error {
 	taps := &tapDialer{next: w.dial}
-	cc, err := w.clusterClient(t, col, timeout, taps)
+	cc, err := w.clusterClient(t, col, clusterParams{timeout: timeout}, taps)
 	if err != nil {
 		return err
 	}
@@ -205,6 +220,136 @@ func TestGoRedisE2EClusterMultipleActions(t *testing.T) {
 				}
 				return nil
 			})
+		},
+	}.run(t)
+}
+
+// clusterMasters returns the addresses of the cluster database's masters,
+// as a client with no handler finds them.
+func (w *world) clusterMasters(ctx context.Context) ([]string, error) {
+	addrs, err := w.cluster.Addrs()
+	if err != nil {
+		return nil, err
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Username: w.cluster.Username, Password: w.cluster.Password,
+		Protocol: 3, Dialer: w.dial, MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+	defer cc.Close()
+	var mu sync.Mutex
+	var masters []string
+	err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		mu.Lock()
+		masters = append(masters, c.Options().Addr)
+		mu.Unlock()
+		return nil
+	})
+	return masters, err
+}
+
+// waitAny returns the first push of kind that any of the observers saw at
+// or after since.
+func waitAny(ctx context.Context, obs []*observer, kind string, since time.Time) (push, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch := make(chan push, len(obs))
+	for _, o := range obs {
+		go func() {
+			if p, err := o.wait(ctx, kind, since); err == nil {
+				ch <- p
+			}
+		}()
+	}
+	select {
+	case p := <-ch:
+		return p, nil
+	case <-ctx.Done():
+		return push{}, fmt.Errorf("no %s notification on %d nodes: %w", kind, len(obs), ctx.Err())
+	}
+}
+
+// stallKeyInSlots returns a key the tap stalls on (it holds stallKey)
+// whose slot is the first of an SMIGRATING's slot list ("0-2730,5000").
+func stallKeyInSlots(p push) (string, error) {
+	if len(p.args) < 2 {
+		return "", fmt.Errorf("SMIGRATING without slots: %q", p.args)
+	}
+	first, _, _ := strings.Cut(p.args[1], ",")
+	first, _, _ = strings.Cut(first, "-")
+	want, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil {
+		return "", fmt.Errorf("SMIGRATING slots %q: %w", p.args[1], err)
+	}
+	for i := 0; ; i++ {
+		if k := fmt.Sprintf("{%d}%s", i, stallKey); slot.Of(k) == want {
+			return k, nil
+		}
+	}
+}
+
+// TestGoRedisE2EClusterNewConnectionsReceiveNotifications ports go-redis's
+// TestProxyFaultInjectorServer_ClusterNewConnectionsReceiveNotifications
+// (slot-shuffle): a second cluster client created while the slot migration
+// is under way must receive the SMIGRATING (the server tells a connection
+// opting in of a migration open on its node). go-redis counts the
+// notification in a hook; maint is held to its effect, as in redis-py's
+// standalone new-connections scenario: the client is created once an
+// observer of the masters sees the SMIGRATING, and its first command, on a
+// key of a migrating slot, whose reply never comes, times out at the
+// relaxed timeout (30 s, 3 s in short mode) ±20%, a *maint.TimeoutError;
+// socket timeout 1 s, no redirects (go-redis's ClusterClient retries a
+// timeout under MaxRedirects). As there, the emulated source is not slowed:
+// nothing can relax the new client's handshake before it opts in.
+func TestGoRedisE2EClusterNewConnectionsReceiveNotifications(t *testing.T) {
+	parallelTop(t)
+	relaxed := 30 * time.Second
+	if !full() {
+		relaxed = 3 * time.Second
+	}
+	scenario{
+		name:      "TestGoRedisE2EClusterNewConnectionsReceiveNotifications",
+		criterion: fmt.Sprintf("cluster client created during SMIGRATING: a stalled command on a migrating slot times out at the relaxed %v ±20%%", relaxed),
+		world: func(t *testing.T) *world {
+			return newWorld(t, true, func(p *phases) { p.latency = 0 })
+		},
+		check: func(ctx context.Context, t *testing.T, w *world, col column) error {
+			if w.cluster == nil {
+				t.Skip("the endpoints file has no OSS Cluster API database (REDIS_CLUSTER_ENDPOINT_NAME)")
+			}
+			masters, err := w.clusterMasters(ctx)
+			if err != nil {
+				return err
+			}
+			var obs []*observer
+			for _, a := range masters {
+				obs = append(obs, w.observeAt(t, a))
+			}
+			since := time.Now()
+			wait := async(func() error { return w.clusterAction(ctx, "slot-shuffle") })
+			sm, err := waitAny(ctx, obs, "SMIGRATING", since)
+			if err != nil {
+				return errors.Join(err, wait())
+			}
+			key, err := stallKeyInSlots(sm)
+			if err != nil {
+				return errors.Join(err, wait())
+			}
+			taps := &tapDialer{next: w.dial}
+			cc, err := w.clusterClient(t, col, clusterParams{timeout: time.Second, relaxed: relaxed, maxRedirects: -1}, taps)
+			if err != nil {
+				return errors.Join(err, wait())
+			}
+			start := time.Now()
+			serr := cc.Set(ctx, key, "value", 0).Err()
+			d := time.Since(start)
+			if err := wait(); err != nil {
+				return err
+			}
+			if err := within(d, serr, relaxed, "relaxed"); err != nil {
+				return err
+			}
+			if col.maint() && !isMaintTimeout(serr) {
+				return fmt.Errorf("after %v, not a maintenance timeout: %v", d.Round(time.Millisecond), serr)
+			}
+			return nil
 		},
 	}.run(t)
 }
