@@ -1033,8 +1033,9 @@ func onOldNode(trigger func(ctx context.Context, w *world) error, at string, p p
 		if _, err := o.wait(ctx, at, since); err != nil {
 			return errors.Join(err, wait())
 		}
-		p.addr = old
-		s := w.client(t, col, p)
+		cp := p // shared by the columns, run at once
+		cp.addr = old
+		s := w.client(t, col, cp)
 		tr := load(ctx, s)
 		mv, err := o.wait(ctx, "MOVING", since)
 		if err != nil {
