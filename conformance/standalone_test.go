@@ -932,7 +932,7 @@ const (
 // The node-redis scenarios relax at MIGRATING and MOVING; this is the only
 // one that relaxes at FAILING_OVER. maint is held to: at FAILING_OVER
 // 130 ms -20% / +20% (short: +4 x 30 ms), a *maint.TimeoutError; measured
-// 2 x relaxed + 0.5 s after the FAILED_OVER (maint keeps a tail after a
+// 2 x relaxed + 1 s after the FAILED_OVER (maint keeps a tail after a
 // completion, RelaxedTail; the client reads the completion with its next
 // PING, every 100 ms), the quickest of 3 stalls at the normal timeout, a
 // plain error. The emulated node is not slowed during the failover: the
@@ -985,7 +985,7 @@ func TestLettuceTimeoutRelaxedDuringFailover(t *testing.T) {
 			})
 			fo, err := o.wait(ctx, "FAILED_OVER", since)
 			if err == nil {
-				sleepCtx(ctx, time.Until(fo.at.Add(2*lettuceRelaxed+500*time.Millisecond)))
+				sleepCtx(ctx, time.Until(fo.at.Add(2*lettuceRelaxed+time.Second)))
 			}
 			errs = append(errs, err, tr.stop("pings"), wait())
 			if err := errors.Join(errs...); err != nil {
