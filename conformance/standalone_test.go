@@ -914,3 +914,202 @@ func TestGoRedisE2EStress(t *testing.T) {
 		},
 	}.run(t)
 }
+
+// Lettuce's RelaxedTimeoutConfigurationTest parameters: a 30 ms command
+// timeout, relaxed by 100 ms during maintenance (maint's and go-redis's
+// relaxed timeout is the whole wait: 130 ms).
+const (
+	lettuceNormal  = 30 * time.Millisecond
+	lettuceRelaxed = lettuceNormal + 100*time.Millisecond
+)
+
+// TestLettuceTimeoutRelaxedDuringFailover ports Lettuce's
+// RelaxedTimeoutConfigurationTest.timeoutUnrelaxedOnFailedoverTest (shard
+// failover): a command sent as FAILING_OVER arrives, whose reply never
+// comes (Lettuce: a BLPOP on an empty list, here the tap's stall), times
+// out relaxed, between the normal 30 ms and the relaxed 130 ms; after
+// FAILED_OVER and a grace of 2 x 100 ms it times out at the normal 30 ms.
+// The node-redis scenarios relax at MIGRATING and MOVING; this is the only
+// one that relaxes at FAILING_OVER. maint is held to: at FAILING_OVER
+// 130 ms -20% / +20% (short: +4 x 30 ms), a *maint.TimeoutError; measured
+// 2 x relaxed + 1 s after the FAILED_OVER (maint keeps a tail after a
+// completion, RelaxedTail; the client reads the completion with its next
+// PING, every 100 ms), the quickest of 3 stalls at the normal timeout, a
+// plain error. The emulated node is not slowed during the failover: the
+// stall is the tap's, as Lettuce's is a BLPOP, and a 1.5 s slowdown would
+// time out every other command at these timeouts.
+func TestLettuceTimeoutRelaxedDuringFailover(t *testing.T) {
+	parallelTop(t)
+	scenario{
+		name:      "TestLettuceTimeoutRelaxedDuringFailover",
+		criterion: "30 ms timeout, relaxed 130 ms: at FAILING_OVER 130 ms ±20% (short: +120 ms), a maintenance error; after FAILED_OVER 30 ms, a plain error",
+		world: func(t *testing.T) *world {
+			return newWorld(t, false, func(p *phases) { p.latency = 0 })
+		},
+		check: func(ctx context.Context, t *testing.T, w *world, col column) error {
+			s := w.client(t, col, params{timeout: lettuceNormal, relaxed: lettuceRelaxed, endpointType: "external-ip", pool: 10})
+			if err := s.rdb.Ping(ctx).Err(); err != nil {
+				return err
+			}
+			o := w.observe(t)
+			since := time.Now()
+			wait := async(func() error { return w.action(ctx, "failover", nil) })
+			if _, err := o.wait(ctx, "FAILING_OVER", since); err != nil {
+				return errors.Join(err, wait())
+			}
+			d, serr := s.stall(ctx)
+			var errs []error
+			hi := lettuceRelaxed * 12 / 10
+			if !full() {
+				hi = lettuceRelaxed + 4*lettuceNormal
+			}
+			switch lo := lettuceRelaxed * 8 / 10; {
+			case serr == nil || !isTimeout(serr):
+				errs = append(errs, fmt.Errorf("at FAILING_OVER: want a timeout, got %v after %v", serr, d.Round(time.Millisecond)))
+			case d < lo || d >= hi:
+				errs = append(errs, fmt.Errorf("at FAILING_OVER: timed out after %v, want the relaxed %v within [%v, %v)", d.Round(time.Millisecond), lettuceRelaxed, lo, hi))
+			case col.maint() && !isMaintTimeout(serr):
+				errs = append(errs, fmt.Errorf("at FAILING_OVER: not a maintenance timeout: %v", serr))
+			}
+			// Lettuce's connection reads a push as it arrives; a pooled
+			// go-redis client when it uses the connection: PINGs every
+			// 100 ms until the measurement. At a 30 ms timeout a busy
+			// machine misses one now and then: a plain timeout of a PING
+			// is not what is measured (the stalls are); an error naming
+			// maintenance after the tail, or any other error, still fails.
+			tr := startTraffic(ctx, 1, 100*time.Millisecond, func(ctx context.Context, _, _ int) error {
+				if err := s.rdb.Ping(ctx).Err(); err != nil && !isTimeout(err) {
+					return err
+				}
+				return nil
+			})
+			fo, err := o.wait(ctx, "FAILED_OVER", since)
+			if err == nil {
+				sleepCtx(ctx, time.Until(fo.at.Add(2*lettuceRelaxed+time.Second)))
+			}
+			errs = append(errs, err, tr.stop("pings"), wait())
+			if err := errors.Join(errs...); err != nil {
+				return err
+			}
+			if err := normalTimeout(ctx, s); err != nil {
+				return fmt.Errorf("after FAILED_OVER: %w", err)
+			}
+			return nil
+		},
+	}.run(t)
+}
+
+// nodeAddr is the address of the node the database's name leads to now:
+// a client configured with it keeps dialling that node, as a client given
+// a node's address (or one that resolved the name once) does.
+func (w *world) nodeAddr(ctx context.Context) (string, error) {
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c, err := w.dial(dctx, "tcp", w.addr)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	return c.RemoteAddr().String(), nil
+}
+
+// onOldNode is the check of a client created while a bind is under way,
+// configured with the address of the node the bind moves away from (the
+// address its peer's first connection reached): trigger runs the action,
+// the client is created when the observer sees at, and load runs on it
+// from then on. 90% into the MOVING window the client has no connection
+// open to the old node and at least one open elsewhere; 1 s after the
+// window a PING succeeds; the load has 0 errors throughout.
+func onOldNode(trigger func(ctx context.Context, w *world) error, at string, p params,
+	load func(ctx context.Context, s *subject) *traffic) func(ctx context.Context, t *testing.T, w *world, col column) error {
+	return func(ctx context.Context, t *testing.T, w *world, col column) error {
+		old, err := w.nodeAddr(ctx)
+		if err != nil {
+			return err
+		}
+		o := w.observe(t)
+		since := time.Now()
+		wait := async(func() error { return trigger(ctx, w) })
+		if _, err := o.wait(ctx, at, since); err != nil {
+			return errors.Join(err, wait())
+		}
+		cp := p // shared by the columns, run at once
+		cp.addr = old
+		s := w.client(t, col, cp)
+		tr := load(ctx, s)
+		mv, err := o.wait(ctx, "MOVING", since)
+		if err != nil {
+			return errors.Join(err, tr.stop("commands"), wait())
+		}
+		window := w.windowOf(mv)
+		sleepCtx(ctx, time.Until(mv.at.Add(window*9/10)))
+		var errs []error
+		onOld, elsewhere := 0, 0
+		for _, c := range s.dials.Conns() {
+			switch {
+			case c.IsClosed():
+			case c.Remote == old:
+				onOld++
+			default:
+				elsewhere++
+			}
+		}
+		if onOld > 0 || elsewhere == 0 {
+			errs = append(errs, fmt.Errorf("at 90%% of the window %d connections open to the old node %s, %d elsewhere; want none, at least one",
+				onOld, old, elsewhere))
+		}
+		sleepCtx(ctx, time.Until(mv.at.Add(window+time.Second)))
+		errs = append(errs, tr.stop("commands"), wait())
+		if err := s.rdb.Ping(ctx).Err(); err != nil {
+			errs = append(errs, fmt.Errorf("PING after the window: %w", err))
+		}
+		return errors.Join(errs...)
+	}
+}
+
+// TestRedisPyStandaloneNewConnectionsReceiveMoving ports redis-py's
+// test_new_connections_receive_moving (data_movement_conn_drop,
+// external-ip): once the MOVING has arrived, a new client configured with
+// the old node's address gets the MOVING on its first connection's
+// handshake (the server replays it, with the seconds left) and that
+// connection is moved to the new address, relaxed. Here the client runs
+// redis-py's 10 threads of SET+GET from its creation (1 s socket timeout,
+// relaxed 30 s): 90% into the window it has no connection open to the old
+// node and at least one elsewhere, a PING succeeds 1 s after the window,
+// and no command failed. redis-py reads the connection's state; maint is
+// held to where its connections are, and to the commands.
+func TestRedisPyStandaloneNewConnectionsReceiveMoving(t *testing.T) {
+	parallelTop(t)
+	scenario{
+		name:      "TestRedisPyStandaloneNewConnectionsReceiveMoving",
+		criterion: "client created on the old node after the MOVING: at 90% of the window off the old node; 0 errors; PING after",
+		check: onOldNode(func(ctx context.Context, w *world) error { return w.effect(ctx, "data_movement_conn_drop") }, "MOVING",
+			params{timeout: time.Second, relaxed: 30 * time.Second, endpointType: "external-ip", pool: 10},
+			func(ctx context.Context, s *subject) *traffic {
+				return startTraffic(ctx, 10, s.w.ph.pace, redisPyWorker(s.rdb))
+			}),
+	}.run(t)
+}
+
+// TestLettuceNewConnectionDuringRebind ports Lettuce's
+// MaintenanceNotificationConnectionTest.newConnectionDuringRebindAfterMovingTest
+// (migrate and bind, external-ip): at MIGRATED, just before the MOVING, a
+// second client connects to the address the first connection reached; it
+// must receive the MOVING, and after the rebind both answer PING from the
+// MOVING's endpoint. Here the client created at MIGRATED is the column's
+// (default timeouts: 5 s, relaxed 10 s), PINGing every 100 ms as a Lettuce
+// connection reads its pushes as they come: 90% into the window no
+// connection open to the old node, at least one elsewhere; a PING 1 s after
+// the window; no PING failed.
+func TestLettuceNewConnectionDuringRebind(t *testing.T) {
+	parallelTop(t)
+	scenario{
+		name:      "TestLettuceNewConnectionDuringRebind",
+		criterion: "client created on the old node at MIGRATED: at 90% of the MOVING window off the old node; PINGs 0 errors; PING after",
+		check: onOldNode(func(ctx context.Context, w *world) error { return w.migrateAndBind(ctx) }, "MIGRATED",
+			params{timeout: 5 * time.Second, relaxed: 10 * time.Second, endpointType: "external-ip", pool: 10},
+			func(ctx context.Context, s *subject) *traffic {
+				return startTraffic(ctx, 1, 100*time.Millisecond, func(ctx context.Context, _, _ int) error { return s.rdb.Ping(ctx).Err() })
+			}),
+	}.run(t)
+}

@@ -314,6 +314,7 @@ type params struct {
 	timeout      time.Duration // socket / command timeout
 	relaxed      time.Duration // relaxed timeout
 	endpointType string        // moving-endpoint-type; "" for the client's default
+	addr         string        // the address dialled; "" for the database's
 	pool         int
 	minIdle      int
 	maxActive    int
@@ -332,8 +333,12 @@ type subject struct {
 }
 
 func (w *world) options(p params, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *redis.Options {
+	addr := w.addr
+	if p.addr != "" {
+		addr = p.addr
+	}
 	return &redis.Options{
-		Addr:           w.addr,
+		Addr:           addr,
 		Username:       w.db.Username,
 		Password:       w.db.Password,
 		Protocol:       3,
@@ -557,7 +562,10 @@ type push struct {
 	args []string
 }
 
-func (w *world) observe(t *testing.T) *observer {
+func (w *world) observe(t *testing.T) *observer { return w.observeAt(t, w.addr) }
+
+// observeAt is an observer of the node at addr (a cluster's node).
+func (w *world) observeAt(t *testing.T, addr string) *observer {
 	ctx, cancel := context.WithCancel(context.Background())
 	o := &observer{wake: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
 	ready := make(chan struct{})
@@ -565,7 +573,7 @@ func (w *world) observe(t *testing.T) *observer {
 		defer close(o.done)
 		var once sync.Once
 		for ctx.Err() == nil {
-			o.session(ctx, w, func() { once.Do(func() { close(ready) }) })
+			o.session(ctx, w, addr, func() { once.Do(func() { close(ready) }) })
 			select {
 			case <-ctx.Done():
 			case <-time.After(50 * time.Millisecond):
@@ -581,9 +589,9 @@ func (w *world) observe(t *testing.T) *observer {
 	return o
 }
 
-func (o *observer) session(ctx context.Context, w *world, ready func()) {
+func (o *observer) session(ctx context.Context, w *world, addr string, ready func()) {
 	dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
-	c, err := w.dial(dctx, "tcp", w.addr)
+	c, err := w.dial(dctx, "tcp", addr)
 	dcancel()
 	if err != nil {
 		return

@@ -2,6 +2,7 @@ package mainttest
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -177,10 +178,19 @@ func (cl *Cluster) MigrateSlots(m SlotMigration) (seq int64, err error) {
 	seq = e.nextSeq()
 	frame := resp.AppendSMigrating(nil, seq, slots)
 	for _, ep := range notify {
-		ep.broadcastEvent(KindSMigrating, seq, frame, "slots="+slots, nil)
+		ep.broadcastEvent(KindSMigrating, seq, frame, "slots="+slots, func() {
+			ep.smigrating = append(ep.smigrating, openSMigrating{seq: seq, frame: frame})
+		})
 	}
+	migSeq := seq
 
 	e.schedule(m.Duration, func() {
+		for _, ep := range notify { // no longer replayed once it completes
+			ep.mu.Lock()
+			ep.smigrating = slices.DeleteFunc(ep.smigrating, func(sm openSMigrating) bool { return sm.seq == migSeq })
+			ep.mu.Unlock()
+		}
+
 		m.From.mu.Lock()
 		m.From.slotLatency -= m.Latency
 		m.From.mu.Unlock()

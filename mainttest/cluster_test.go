@@ -764,3 +764,46 @@ func TestClusterTripletAddrAndRedirectLog(t *testing.T) {
 		t.Errorf("redirect event %+v", ev)
 	}
 }
+
+// TestClusterMigrateSlotsReplayedToNewConnections: with SetReplayActive, a
+// connection opting in while a slot migration is open gets its SMIGRATING
+// right after the +OK, on the source and on the destination; one opting in
+// after the SMIGRATED gets nothing; without SetReplayActive nothing is
+// replayed.
+func TestClusterMigrateSlotsReplayedToNewConnections(t *testing.T) {
+	e := newEmu(t, Config{})
+	cl := newCluster(t, e, ClusterConfig{})
+	nodes := cl.Nodes()
+	src, dst, other := nodes[0], nodes[1], nodes[2]
+	src.SetReplayActive(true)
+	dst.SetReplayActive(true)
+	optedIn := func(ep *Endpoint) *rawClient {
+		c := dialRaw(t, ep.Addr())
+		c.hello3()
+		c.optIn("internal-ip")
+		return c
+	}
+	seq, err := cl.MigrateSlots(SlotMigration{From: src, To: dst, Slots: "0-1000", Duration: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	smigrating := string(resp.AppendSMigrating(nil, seq, "0-1000"))
+	for _, ep := range []*Endpoint{src, dst} {
+		optedIn(ep).expect(smigrating)
+		waitEvent(t, e, func(ev Event) bool { return ev.Kind == KindReplay && ev.Endpoint == ep.Addr() && ev.Seq == seq })
+	}
+	optedIn(other).noFrameWithin(100 * time.Millisecond) // not part of the migration
+
+	// A second migration, completed at once: only the open one is replayed.
+	seq2, err := cl.MigrateSlots(SlotMigration{From: src, To: other, Slots: "2000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, e, func(ev Event) bool { return ev.Kind == KindSMigrated && ev.Endpoint == src.Addr() && ev.Seq > seq2 })
+	c := optedIn(src)
+	c.expect(smigrating)
+	c.noFrameWithin(100 * time.Millisecond)
+
+	src.SetReplayActive(false)
+	optedIn(src).noFrameWithin(100 * time.Millisecond)
+}

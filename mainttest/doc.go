@@ -128,8 +128,10 @@
 //
 // Cluster.MigrateSlots is a slot migration as maintenance announces it: at
 // once SMIGRATING [seq, "0-1000,2000"] to the source's opted-in RESP3
-// connections and the destinations', and SlotMigration.Latency on the
-// source; after Duration the ownership change, then SMIGRATED
+// connections and the destinations' (and, on an endpoint with
+// SetReplayActive, to each connection opting in until the SMIGRATED, right
+// after its +OK), and SlotMigration.Latency on the source; after Duration
+// the ownership change, then SMIGRATED
 // [seq, [[src, dst, slots], ...]] (addresses as CLUSTER SLOTS gives them;
 // several destinations, or TripletPerRange, give several triplets) and,
 // with RemoveSource, the emptied source's removal: it leaves the topology,

@@ -51,9 +51,21 @@ type Endpoint struct {
 	completion  []byte   // latest MIGRATED/FAILED_OVER frame, replayed on opt-in
 	completionK string   // its kind
 	moving      *movingOp
-	// replayActive replays an open MIGRATING or FAILING_OVER to connections
-	// opting in while it lasts (SetReplayActive), as Redis Enterprise does.
+	// smigrating are the SMIGRATING frames of the slot migrations open on
+	// this endpoint (sent to its connections, their SMIGRATED not yet), in
+	// the order sent.
+	smigrating []openSMigrating
+	// replayActive replays an open MIGRATING, FAILING_OVER or SMIGRATING to
+	// connections opting in while it lasts (SetReplayActive), as Redis
+	// Enterprise does.
 	replayActive bool
+}
+
+// openSMigrating is a slot migration's SMIGRATING, open on an endpoint
+// until its SMIGRATED.
+type openSMigrating struct {
+	seq   int64
+	frame []byte
 }
 
 // maintOp is an open MIGRATING or FAILING_OVER.

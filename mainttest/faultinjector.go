@@ -91,9 +91,9 @@ type FaultDatabase struct {
 // and Cluster the way the real service drives a cluster: a notification
 // first, the action LeadTime later, the completion after Phase; a bind's
 // MOVING, the DNS change DNSLag later, the old node's close at the window's
-// end. While a MIGRATING or FAILING_OVER is open it is replayed to every
-// connection that opts in (Endpoint.SetReplayActive), as a completion and
-// an open MOVING window always are.
+// end. While a MIGRATING, FAILING_OVER or SMIGRATING is open it is replayed
+// to every connection that opts in (Endpoint.SetReplayActive), as a
+// completion and an open MOVING window always are.
 //
 // Action types: migrate, bind, failover, sequence_of_actions (parameter
 // actions: [{type, params, delay}], run in order), topology_change_standalone
@@ -714,9 +714,11 @@ func firstHalf(rs []SlotRange) string {
 }
 
 // SetReplayActive makes the endpoint replay an open MIGRATING or
-// FAILING_OVER (with the seconds left of its "starts in") to every RESP3
-// connection that opts in while it lasts, as Redis Enterprise does; off by
-// default. NewFaultInjector's databases have it on.
+// FAILING_OVER (with the seconds left of its "starts in"), and the
+// SMIGRATING of every slot migration open on it (Cluster.MigrateSlots, as
+// sent, until its SMIGRATED), to every RESP3 connection that opts in while
+// it lasts, as Redis Enterprise does; off by default. NewFaultInjector's
+// databases have it on.
 func (ep *Endpoint) SetReplayActive(on bool) {
 	ep.mu.Lock()
 	ep.replayActive = on

@@ -43,6 +43,10 @@ func (ep *Endpoint) optIn(c *conn, typ string) {
 					replays = append(replays, Event{Seq: op.seq, Detail: op.kind})
 				}
 			}
+			for _, sm := range ep.smigrating {
+				reply = append(reply, sm.frame...)
+				replays = append(replays, Event{Seq: sm.seq, Detail: KindSMigrating})
+			}
 		}
 		if mv := ep.moving; mv != nil {
 			left := wireSeconds(time.Until(mv.end))
