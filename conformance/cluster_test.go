@@ -18,18 +18,25 @@ import (
 // (the AddHook route of a cluster: one Maint per node client) or by the
 // group's NewClusterClient (the options route), or a control.
 func (w *world) clusterClient(t *testing.T, col column, timeout time.Duration, taps *tapDialer) (*redis.ClusterClient, error) {
+	cc, _, err := w.clusterClientOf(t, col, timeout, 30*time.Second, taps)
+	return cc, err
+}
+
+// clusterClientOf is clusterClient with a relaxed timeout of the
+// scenario's own; it also returns maint's Group (nil for a control).
+func (w *world) clusterClientOf(t *testing.T, col column, timeout, relaxed time.Duration, taps *tapDialer) (*redis.ClusterClient, *maint.Group, error) {
 	if w.cluster == nil {
 		t.Skip("the endpoints file has no OSS Cluster API database (REDIS_CLUSTER_ENDPOINT_NAME)")
 	}
 	addrs, err := w.cluster.Addrs()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	opt := &redis.ClusterOptions{
 		Addrs: addrs, Username: w.cluster.Username, Password: w.cluster.Password, Protocol: 3,
 		MaxRetries: -1, ReadTimeout: timeout, WriteTimeout: timeout, Dialer: taps.dial,
 	}
-	mopts := []maint.Option{maint.WithRelaxedTimeout(30 * time.Second), maint.WithLogger(quietLog)}
+	mopts := []maint.Option{maint.WithRelaxedTimeout(relaxed), maint.WithLogger(quietLog)}
 	var cc *redis.ClusterClient
 	var g *maint.Group
 	switch col {
@@ -37,13 +44,13 @@ func (w *world) clusterClient(t *testing.T, col column, timeout time.Duration, t
 		cc = redis.NewClusterClient(opt)
 		if g, err = maint.Instrument(cc, mopts...); err != nil {
 			_ = cc.Close()
-			return nil, err
+			return nil, nil, err
 		}
 	case colOptions:
 		g = maint.NewGroup(mopts...)
 		cc = g.NewClusterClient(opt)
 	case colBuiltin:
-		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeEnabled, RelaxedTimeout: 30 * time.Second}
+		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeEnabled, RelaxedTimeout: relaxed}
 		cc = redis.NewClusterClient(opt)
 	case colNone:
 		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
@@ -55,7 +62,7 @@ func (w *world) clusterClient(t *testing.T, col column, timeout time.Duration, t
 			_ = g.Close()
 		}
 	})
-	return cc, nil
+	return cc, g, nil
 }
 
 // keysForAllShards is redis-py's generate_keys_for_all_shards: one key in
