@@ -431,6 +431,8 @@ type wireSeen struct {
 
 // wireNames are the push names the tap counts: a client reads them
 // whether or not it acts on them, and one that did not opt in gets none.
+// maint's idle check reads a waiting push straight off the socket (its
+// syscall.Conn), which the tap does not see: count maint's by its events.
 var wireNames = []string{"SMIGRATING", "SMIGRATED"}
 
 // Wire returns how often the client read the push name, and when first
