@@ -235,11 +235,11 @@ type publisher struct {
 }
 
 func publish(ctx context.Context, cc *redis.ClusterClient, sharded bool, channels []string, batch int, pause time.Duration, tr *tracker) *publisher {
-	ctx, cancel := context.WithCancel(ctx)
+	rounds, cancel := context.WithCancel(ctx)
 	p := &publisher{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
-		for ctx.Err() == nil {
+		for rounds.Err() == nil {
 			var wg sync.WaitGroup
 			for _, ch := range channels {
 				wg.Add(1)
@@ -255,15 +255,16 @@ func publish(ctx context.Context, cc *redis.ClusterClient, sharded bool, channel
 				}()
 			}
 			wg.Wait()
-			sleepCtx(ctx, pause)
+			sleepCtx(rounds, pause)
 		}
 	}()
 	return p
 }
 
-// stop ends the publishing and waits for the publishes in flight: the
-// context of the last round's stays live, so that each is counted by its
-// own outcome.
+// stop ends the publishing after the round in flight and waits for it:
+// its publishes run on the test's context, not the rounds', so that each
+// is counted by its own outcome (one cancelled after it was sent may
+// still be delivered).
 func (p *publisher) stop() {
 	p.cancel()
 	<-p.done
