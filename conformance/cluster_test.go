@@ -28,12 +28,19 @@ type clusterParams struct {
 // (the AddHook route of a cluster: one Maint per node client) or by the
 // group's NewClusterClient (the options route), or a control.
 func (w *world) clusterClient(t *testing.T, col column, cp clusterParams, taps *tapDialer) (*redis.ClusterClient, error) {
+	cc, _, err := w.clusterClientOf(t, col, cp, taps)
+	return cc, err
+}
+
+// clusterClientOf is clusterClient that also returns maint's Group (nil
+// for a control).
+func (w *world) clusterClientOf(t *testing.T, col column, cp clusterParams, taps *tapDialer) (*redis.ClusterClient, *maint.Group, error) {
 	if w.cluster == nil {
 		t.Skip("the endpoints file has no OSS Cluster API database (REDIS_CLUSTER_ENDPOINT_NAME)")
 	}
 	addrs, err := w.cluster.Addrs()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	opt := &redis.ClusterOptions{
 		Addrs: addrs, Username: w.cluster.Username, Password: w.cluster.Password, Protocol: 3,
@@ -52,7 +59,7 @@ func (w *world) clusterClient(t *testing.T, col column, cp clusterParams, taps *
 		cc = redis.NewClusterClient(opt)
 		if g, err = maint.Instrument(cc, mopts...); err != nil {
 			_ = cc.Close()
-			return nil, err
+			return nil, nil, err
 		}
 	case colOptions:
 		g = maint.NewGroup(mopts...)
@@ -70,7 +77,7 @@ func (w *world) clusterClient(t *testing.T, col column, cp clusterParams, taps *
 			_ = g.Close()
 		}
 	})
-	return cc, nil
+	return cc, g, nil
 }
 
 // keysForAllShards is redis-py's generate_keys_for_all_shards: one key in

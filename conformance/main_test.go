@@ -58,7 +58,17 @@ func TestMain(m *testing.M) {
 		}
 	}
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		err := goleak.Find()
+		if err != nil {
+			// go-redis's dial probe of a pool whose dials were refused (a
+			// removed cluster node) sleeps 1 s between attempts and ends at
+			// the first one after its pool closed: it outlives a client
+			// closed at the end of the last test by up to 1 s, longer than
+			// goleak retries. A leaked goroutine is still there after it.
+			time.Sleep(1500 * time.Millisecond)
+			err = goleak.Find()
+		}
+		if err != nil {
 			fmt.Println("goleak:", err)
 			code = 1
 		}

@@ -424,6 +424,75 @@ type tapDialer struct {
 	failed   atomic.Int64
 	mu       sync.Mutex
 	all      []*tapConn
+	wire     map[string]*wireSeen // the OSS Cluster API's pushes read, by name
+}
+
+// wireSeen is how often a push name was read on the client's
+// connections, and when first and last.
+type wireSeen struct {
+	n           int
+	first, last time.Time
+}
+
+// wireNames are the push names the tap counts: a client reads them
+// whether or not it acts on them, and one that did not opt in gets none.
+// maint's idle check reads a waiting push straight off the socket (its
+// syscall.Conn), which the tap does not see: count maint's by its events.
+var wireNames = []string{"SMIGRATING", "SMIGRATED"}
+
+// Wire returns how often the client read the push name, and when first
+// and last.
+func (d *tapDialer) Wire(name string) wireSeen {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s := d.wire[name]; s != nil {
+		return *s
+	}
+	return wireSeen{}
+}
+
+// scan counts the wire names in what a connection read. carry holds the
+// end of the previous read, so that a name split across two reads is
+// found; a name is counted by the read that completes it, so once.
+func (c *tapConn) scan(p []byte) {
+	if len(p) == 0 {
+		return
+	}
+	buf := append(c.carry, p...)
+	var found []string
+	for _, name := range wireNames {
+		tok := []byte("\n" + name + "\r\n") // a bulk string's line
+		for i := 0; ; {
+			j := bytes.Index(buf[i:], tok)
+			if j < 0 {
+				break
+			}
+			if end := i + j + len(tok); end > len(c.carry) {
+				found = append(found, name)
+			}
+			i += j + len(tok)
+		}
+	}
+	keep := min(len(buf), len("\nSMIGRATING\r\n")-1)
+	c.carry = append(c.carry[:0:0], buf[len(buf)-keep:]...)
+	if len(found) == 0 {
+		return
+	}
+	now := time.Now()
+	c.d.mu.Lock()
+	if c.d.wire == nil {
+		c.d.wire = map[string]*wireSeen{}
+	}
+	for _, name := range found {
+		s := c.d.wire[name]
+		if s == nil {
+			s = &wireSeen{first: now}
+			c.d.wire[name] = s
+		}
+		s.n++
+		s.last = now
+	}
+	c.d.mu.Unlock()
 }
 
 func (d *tapDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -461,6 +530,7 @@ type tapConn struct {
 	stalled bool
 	br      *bufio.Reader // from the stall on
 	pending []byte        // a push frame being handed out in a stalled read
+	carry   []byte        // the end of the last read (scan); reads are not concurrent
 }
 
 // tapSysConn is a tapConn over a socket, with its syscall.Conn.
@@ -492,6 +562,7 @@ func (c *tapConn) Read(p []byte) (int, error) {
 		if isTimeout(err) {
 			c.d.timeouts.Add(1)
 		}
+		c.scan(p[:n])
 		return n, err
 	}
 	for len(c.pending) == 0 {
@@ -511,6 +582,7 @@ func (c *tapConn) Read(p []byte) (int, error) {
 	}
 	n := copy(p, c.pending)
 	c.pending = c.pending[n:]
+	c.scan(p[:n])
 	return n, nil
 }
 
