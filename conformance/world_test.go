@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -317,6 +318,12 @@ type params struct {
 	pool         int
 	minIdle      int
 	maxActive    int
+	// optIn is how the column's client asks for notifications: "" its
+	// default (auto), "required" (go-redis ModeEnabled, maint
+	// HandshakeRequired), "off" (go-redis ModeDisabled, maint HandshakeOff).
+	optIn string
+	// pushes records the notifications the client received (received).
+	pushes bool
 }
 
 // subject is one column's client in one world, with the evidence of its
@@ -329,6 +336,9 @@ type subject struct {
 	rdb   *redis.Client
 	m     *maint.Maint
 	dials *tapDialer
+
+	mu    sync.Mutex
+	noted []push // what maint read, with params.pushes
 }
 
 func (w *world) options(p params, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *redis.Options {
@@ -350,16 +360,25 @@ func (w *world) options(p params, dial func(ctx context.Context, network, addr s
 // client builds the column's client; everything is closed at the end of t.
 func (w *world) client(t *testing.T, col column, p params) *subject {
 	t.Helper()
-	s := &subject{t: t, w: w, col: col, p: p, dials: &tapDialer{next: w.dial}}
+	s := &subject{t: t, w: w, col: col, p: p, dials: &tapDialer{next: w.dial, recordPushes: p.pushes}}
 	opt := w.options(p, s.dials.dial)
 	ept := maintnotifications.EndpointType(p.endpointType)
 	if p.endpointType == "" {
 		ept = maintnotifications.EndpointTypeAuto
 	}
 	mopts := []maint.Option{maint.WithRelaxedTimeout(p.relaxed), maint.WithLogger(quietLog)}
+	hookMode, builtinMode := maintnotifications.ModeAuto, maintnotifications.ModeEnabled
+	switch p.optIn {
+	case "required":
+		hookMode = maintnotifications.ModeEnabled
+		mopts = append(mopts, maint.WithHandshake(maint.HandshakeRequired))
+	case "off":
+		hookMode, builtinMode = maintnotifications.ModeDisabled, maintnotifications.ModeDisabled
+		mopts = append(mopts, maint.WithHandshake(maint.HandshakeOff))
+	}
 	switch col {
 	case colAddHook: // go-redis's own handshake (auto mode), maint on top
-		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeAuto, EndpointType: ept}
+		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: hookMode, EndpointType: ept}
 		s.m = maint.New(mopts...)
 		s.rdb = redis.NewClient(opt)
 		s.rdb.AddHook(s.m)
@@ -370,12 +389,16 @@ func (w *world) client(t *testing.T, col column, p params) *subject {
 		s.m = maint.New(mopts...)
 		s.rdb = s.m.NewClient(opt)
 	case colBuiltin:
-		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeEnabled,
+		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: builtinMode,
 			EndpointType: ept, RelaxedTimeout: p.relaxed}
 		s.rdb = redis.NewClient(opt)
 	case colNone:
 		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 		s.rdb = redis.NewClient(opt)
+	}
+	if p.pushes && s.m != nil {
+		cancel := s.m.Observe(s.note)
+		t.Cleanup(cancel)
 	}
 	t.Cleanup(func() {
 		_ = s.rdb.Close()
@@ -384,6 +407,46 @@ func (w *world) client(t *testing.T, col column, p params) *subject {
 		}
 	})
 	return s
+}
+
+// note records a notification maint read (EventNotification), as a push:
+// seq, time and, for a MOVING, the endpoint ("" for null).
+func (s *subject) note(e maint.Event) {
+	if e.Kind != maint.EventNotification {
+		return
+	}
+	p := push{at: e.At, kind: e.Name, args: []string{strconv.FormatInt(e.Seq, 10), "", ""}}
+	for _, f := range strings.Fields(e.Detail) {
+		k, v, _ := strings.Cut(f, "=")
+		switch {
+		case k == "time":
+			p.args[1] = v
+		case k == "endpoint" && v != "null":
+			p.args[2] = v
+		}
+	}
+	s.mu.Lock()
+	s.noted = append(s.noted, p)
+	s.mu.Unlock()
+}
+
+// received returns the notifications the client received (params.pushes):
+// on maint's columns those maint says it read (its EventNotification
+// events, the client's own account, as node-redis's diagnostics channel
+// is: maint reads the pushes of idle connections off the socket itself,
+// which the tap does not see), on the controls' the pushes the tap saw
+// the client read.
+func (s *subject) received() []push {
+	if s.m == nil {
+		var out []push
+		for _, p := range s.dials.Pushes() {
+			out = append(out, p.push)
+		}
+		return out
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]push(nil), s.noted...)
 }
 
 // plain is a client with no handler, for the second connection some
@@ -417,8 +480,35 @@ type tapDialer struct {
 	// the client surfaced them (a cluster client retries timeouts).
 	timeouts atomic.Int64
 	failed   atomic.Int64
-	mu       sync.Mutex
-	all      []*tapConn
+	// recordPushes makes every connection parse what it reads and record
+	// the pushes (Pushes); off, reads are passed through untouched. What a
+	// client reads off the socket through SyscallConn (maint's idle
+	// checks) is not seen.
+	recordPushes bool
+	mu           sync.Mutex
+	all          []*tapConn
+	pushes       []tapPush
+}
+
+// tapPush is a push a client's connection read from the server.
+type tapPush struct {
+	push
+	conn *tapConn
+}
+
+// Pushes returns the pushes the client's connections read, in order.
+func (d *tapDialer) Pushes() []tapPush {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]tapPush(nil), d.pushes...)
+}
+
+func (d *tapDialer) addPush(c *tapConn, frame []byte) {
+	if p, ok := parsePush(frame); ok {
+		d.mu.Lock()
+		d.pushes = append(d.pushes, tapPush{p, c})
+		d.mu.Unlock()
+	}
 }
 
 func (d *tapDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -427,7 +517,7 @@ func (d *tapDialer) dial(ctx context.Context, network, addr string) (net.Conn, e
 		d.failed.Add(1)
 		return nil, err
 	}
-	tc := &tapConn{Conn: c, d: d, Remote: c.RemoteAddr().String(), Dialed: time.Now()}
+	tc := &tapConn{Conn: c, d: d, Asked: addr, Remote: c.RemoteAddr().String(), Dialed: time.Now()}
 	d.mu.Lock()
 	d.all = append(d.all, tc)
 	d.mu.Unlock()
@@ -447,6 +537,7 @@ func (d *tapDialer) Conns() []*tapConn {
 type tapConn struct {
 	net.Conn
 	d       *tapDialer
+	Asked   string    // the address the client dialled
 	Remote  string    // the address reached
 	Dialed  time.Time // when the dial returned
 	written atomic.Int64
@@ -456,6 +547,9 @@ type tapConn struct {
 	stalled bool
 	br      *bufio.Reader // from the stall on
 	pending []byte        // a push frame being handed out in a stalled read
+	unread  []byte        // bytes read and not yet framed (recordPushes)
+	// unframable: the recording gave up on this stream
+	unframable bool
 }
 
 // tapSysConn is a tapConn over a socket, with its syscall.Conn.
@@ -487,6 +581,9 @@ func (c *tapConn) Read(p []byte) (int, error) {
 		if isTimeout(err) {
 			c.d.timeouts.Add(1)
 		}
+		if c.d.recordPushes && n > 0 {
+			c.frame(p[:n])
+		}
 		return n, err
 	}
 	for len(c.pending) == 0 {
@@ -502,11 +599,39 @@ func (c *tapConn) Read(p []byte) (int, error) {
 		}
 		if len(f) > 0 && f[0] == '>' {
 			c.pending = f
+			if c.d.recordPushes {
+				c.d.addPush(c, f)
+			}
 		}
 	}
 	n := copy(p, c.pending)
 	c.pending = c.pending[n:]
 	return n, nil
+}
+
+// frame records the pushes among the bytes the client read; a frame not
+// yet whole waits for the next read. A stream that cannot be framed (or a
+// frame over 1 MiB, which no test here reads) stops the recording.
+func (c *tapConn) frame(b []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.unframable {
+		return
+	}
+	c.unread = append(c.unread, b...)
+	for len(c.unread) > 0 {
+		f, err := resp.ReadFrame(bufio.NewReader(bytes.NewReader(c.unread)), nil)
+		if err != nil {
+			if len(c.unread) > 1<<20 || !errors.Is(err, io.ErrUnexpectedEOF) {
+				c.unread, c.unframable = nil, true
+			}
+			return
+		}
+		if f[0] == '>' {
+			c.d.addPush(c, f)
+		}
+		c.unread = c.unread[len(f):]
+	}
 }
 
 func (c *tapConn) Close() error {
@@ -636,6 +761,19 @@ func (o *observer) session(ctx context.Context, w *world, ready func()) {
 }
 
 func (o *observer) add(frame []byte) {
+	p, ok := parsePush(frame)
+	if !ok {
+		return
+	}
+	o.mu.Lock()
+	o.seen = append(o.seen, p)
+	close(o.wake)
+	o.wake = make(chan struct{})
+	o.mu.Unlock()
+}
+
+// parsePush reads a push frame's name and arguments (a null as "").
+func parsePush(frame []byte) (push, bool) {
 	lines := strings.Split(string(frame), "\r\n")
 	p := push{at: time.Now()}
 	for i := 1; i < len(lines); i++ {
@@ -651,14 +789,10 @@ func (o *observer) add(frame []byte) {
 		}
 	}
 	if len(p.args) == 0 {
-		return
+		return push{}, false
 	}
 	p.kind, p.args = p.args[0], p.args[1:]
-	o.mu.Lock()
-	o.seen = append(o.seen, p)
-	close(o.wake)
-	o.wake = make(chan struct{})
-	o.mu.Unlock()
+	return p, true
 }
 
 // wait returns the first push of kind seen at or after since.
