@@ -318,6 +318,22 @@ func endpointTypeCheck(ctx context.Context, t *testing.T, w *world, col column, 
 	return nil
 }
 
+// connect50 makes the first connection of a client whose timeouts are
+// 50 ms: its dial and handshake (HELLO, the opt-in) get those 50 ms too,
+// which a loaded machine running the race detector misses now and then,
+// before any maintenance. Connecting is not what the timeout scenarios
+// measure, so a plain timeout there is tried again, up to 20 times; any
+// other error, or one naming maintenance, is returned.
+func connect50(ctx context.Context, s *subject) error {
+	var err error
+	for range 20 {
+		if err = s.rdb.Ping(ctx).Err(); err == nil || !isTimeout(err) || isMaintTimeout(err) {
+			return err
+		}
+	}
+	return fmt.Errorf("connecting, 20 times: %w", err)
+}
+
 // TestNodeRedisTimeoutsRelaxedDuringFailingOver ports to-failover.e2e.ts's
 // "should relax command timeout on FAILING_OVER": command timeout 50 ms,
 // relaxed 2000 ms; a command sent as the FAILING_OVER arrives, whose reply
@@ -333,7 +349,7 @@ func TestNodeRedisTimeoutsRelaxedDuringFailingOver(t *testing.T) {
 		criterion: "50 ms timeout: 50 ms +20% before (short: 4x); at FAILING_OVER 2 s ±20%, a maintenance error",
 		check: func(ctx context.Context, t *testing.T, w *world, col column) error {
 			s := w.client(t, col, params{timeout: nodeRedisNormal, relaxed: nodeRedisRelaxed, pool: 10})
-			if err := s.rdb.Ping(ctx).Err(); err != nil {
+			if err := connect50(ctx, s); err != nil {
 				return err
 			}
 			if err := normalTimeout(ctx, s); err != nil {
@@ -374,7 +390,7 @@ func TestNodeRedisTimeoutsUnrelaxedAfterFailedOver(t *testing.T) {
 		controlsMayPass: "no handler never relaxes; the relaxing half is TestNodeRedisTimeoutsRelaxedDuringFailingOver",
 		check: func(ctx context.Context, t *testing.T, w *world, col column) error {
 			s := w.client(t, col, params{timeout: nodeRedisNormal, relaxed: nodeRedisRelaxed, pool: 10})
-			if err := s.rdb.Ping(ctx).Err(); err != nil {
+			if err := connect50(ctx, s); err != nil {
 				return err
 			}
 			// As in TestNodeRedisTimeoutsUnrelaxedAfterMigratedAndMoving: a
