@@ -21,6 +21,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+	gopush "github.com/redis/go-redis/v9/push"
 
 	"github.com/maintkit/maint"
 	"github.com/maintkit/maint/conformance"
@@ -337,8 +338,9 @@ type subject struct {
 	m     *maint.Maint
 	dials *tapDialer
 
-	mu    sync.Mutex
-	noted []push // what maint read, with params.pushes
+	mu     sync.Mutex
+	noted  []push // what maint read, with params.pushes
+	hooked []push // what go-redis's built-in handled, with params.pushes
 }
 
 func (w *world) options(p params, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *redis.Options {
@@ -400,6 +402,11 @@ func (w *world) client(t *testing.T, col column, p params) *subject {
 		cancel := s.m.Observe(s.note)
 		t.Cleanup(cancel)
 	}
+	if p.pushes && col == colBuiltin {
+		if mgr := s.rdb.GetMaintNotificationsManager(); mgr != nil {
+			mgr.AddNotificationHook(builtinNoter{s})
+		}
+	}
 	t.Cleanup(func() {
 		_ = s.rdb.Close()
 		if s.m != nil {
@@ -428,6 +435,34 @@ func (s *subject) note(e maint.Event) {
 	s.mu.Lock()
 	s.noted = append(s.noted, p)
 	s.mu.Unlock()
+}
+
+// builtinNoter records the notifications go-redis's built-in handler
+// handles (handled), through its notification hook.
+type builtinNoter struct{ s *subject }
+
+func (b builtinNoter) PreHook(_ context.Context, _ gopush.NotificationHandlerContext, typ string, n []interface{}) ([]interface{}, bool) {
+	b.s.mu.Lock()
+	b.s.hooked = append(b.s.hooked, push{at: time.Now(), kind: typ})
+	b.s.mu.Unlock()
+	return n, true
+}
+
+func (builtinNoter) PostHook(context.Context, gopush.NotificationHandlerContext, string, []interface{}, error) {
+}
+
+// handled reports whether the client's handler has handled a notification
+// of kind since (params.pushes): maint's EventNotification, go-redis's
+// hook; a client with no handler handles none.
+func (s *subject) handled(kind string, since time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range append(s.noted[:len(s.noted):len(s.noted)], s.hooked...) {
+		if p.kind == kind && !p.at.Before(since) {
+			return true
+		}
+	}
+	return false
 }
 
 // received returns the notifications the client received (params.pushes):
