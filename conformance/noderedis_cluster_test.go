@@ -486,11 +486,11 @@ func masters(ctx context.Context, cc *redis.ClusterClient) ([]string, error) {
 	return out, nil
 }
 
-// pinger PINGs the masters of the client's slot map every 100 ms, errors
+// masterPinger PINGs the masters of the client's slot map every 100 ms, errors
 // ignored: node-redis reads a push as it arrives, a pooled go-redis client
 // only when it uses the connection (as in the standalone handoff
 // scenarios). The PINGs are not the scenario's traffic.
-func pinger(ctx context.Context, cc *redis.ClusterClient) *traffic {
+func masterPinger(ctx context.Context, cc *redis.ClusterClient) *traffic {
 	return startTraffic(ctx, 1, 100*time.Millisecond, func(ctx context.Context, _, _ int) error {
 		seen := map[*redis.Client]bool{}
 		for _, k := range nodeRedisChannels {
@@ -648,7 +648,7 @@ func TestNodeRedisSmartHandoffsOSSDataCommands(t *testing.T) {
 					if n := read("SMIGRATING").n + read("SMIGRATED").n; n != 0 {
 						return fmt.Errorf("%d slot migration notifications before the action", n)
 					}
-					pings := pinger(ctx, cc)
+					pings := masterPinger(ctx, cc)
 					fiErr := w.clusterAction(ctx, e.effect)
 					_ = pings.stop("pings")
 					if fiErr != nil {

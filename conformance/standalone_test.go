@@ -322,8 +322,8 @@ func TestNodeRedisTimeoutsRelaxedDuringMigratingAndMoving(t *testing.T) {
 		name:      "TestNodeRedisTimeoutsRelaxedDuringMigratingAndMoving",
 		criterion: "50 ms timeout: 50 ms +20% before (short: 4x); at MIGRATING and at MOVING 2 s ±20%, a maintenance error",
 		check: func(ctx context.Context, t *testing.T, w *world, col column) error {
-			s := w.client(t, col, params{timeout: nodeRedisNormal, relaxed: nodeRedisRelaxed, pool: 10})
-			if err := s.rdb.Ping(ctx).Err(); err != nil {
+			s := w.client(t, col, params{timeout: nodeRedisNormal, relaxed: nodeRedisRelaxed, pool: 10, pushes: true})
+			if err := connectShortTimeouts(ctx, s); err != nil {
 				return err
 			}
 			if err := normalTimeout(ctx, s); err != nil {
@@ -341,6 +341,7 @@ func TestNodeRedisTimeoutsRelaxedDuringMigratingAndMoving(t *testing.T) {
 					defer wg.Done()
 					var err error
 					if _, err = o.wait(ctx, kind, since); err == nil {
+						s.awaitHandled(ctx, kind, since)
 						d, serr := s.stall(ctx)
 						err = within(d, serr, nodeRedisRelaxed, "relaxed")
 						if err == nil && col.maint() && !isMaintTimeout(serr) {
@@ -947,8 +948,8 @@ func TestLettuceTimeoutRelaxedDuringFailover(t *testing.T) {
 			return newWorld(t, false, func(p *phases) { p.latency = 0 })
 		},
 		check: func(ctx context.Context, t *testing.T, w *world, col column) error {
-			s := w.client(t, col, params{timeout: lettuceNormal, relaxed: lettuceRelaxed, endpointType: "external-ip", pool: 10})
-			if err := s.rdb.Ping(ctx).Err(); err != nil {
+			s := w.client(t, col, params{timeout: lettuceNormal, relaxed: lettuceRelaxed, endpointType: "external-ip", pool: 10, pushes: true})
+			if err := connectShortTimeouts(ctx, s); err != nil {
 				return err
 			}
 			o := w.observe(t)
@@ -957,6 +958,7 @@ func TestLettuceTimeoutRelaxedDuringFailover(t *testing.T) {
 			if _, err := o.wait(ctx, "FAILING_OVER", since); err != nil {
 				return errors.Join(err, wait())
 			}
+			s.awaitHandled(ctx, "FAILING_OVER", since)
 			d, serr := s.stall(ctx)
 			var errs []error
 			hi := lettuceRelaxed * 12 / 10

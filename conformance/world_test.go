@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+	gopush "github.com/redis/go-redis/v9/push"
 
 	"github.com/maintkit/maint"
 	"github.com/maintkit/maint/conformance"
@@ -318,6 +320,12 @@ type params struct {
 	pool         int
 	minIdle      int
 	maxActive    int
+	// optIn is how the column's client asks for notifications: "" its
+	// default (auto), "required" (go-redis ModeEnabled, maint
+	// HandshakeRequired), "off" (go-redis ModeDisabled, maint HandshakeOff).
+	optIn string
+	// pushes records the notifications the client received (received).
+	pushes bool
 }
 
 // subject is one column's client in one world, with the evidence of its
@@ -330,6 +338,10 @@ type subject struct {
 	rdb   *redis.Client
 	m     *maint.Maint
 	dials *tapDialer
+
+	mu     sync.Mutex
+	noted  []push // what maint read, with params.pushes
+	hooked []push // what go-redis's built-in handled, with params.pushes
 }
 
 func (w *world) options(p params, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *redis.Options {
@@ -355,16 +367,25 @@ func (w *world) options(p params, dial func(ctx context.Context, network, addr s
 // client builds the column's client; everything is closed at the end of t.
 func (w *world) client(t *testing.T, col column, p params) *subject {
 	t.Helper()
-	s := &subject{t: t, w: w, col: col, p: p, dials: &tapDialer{next: w.dial}}
+	s := &subject{t: t, w: w, col: col, p: p, dials: &tapDialer{next: w.dial, recordPushes: p.pushes}}
 	opt := w.options(p, s.dials.dial)
 	ept := maintnotifications.EndpointType(p.endpointType)
 	if p.endpointType == "" {
 		ept = maintnotifications.EndpointTypeAuto
 	}
 	mopts := []maint.Option{maint.WithRelaxedTimeout(p.relaxed), maint.WithLogger(quietLog)}
+	hookMode, builtinMode := maintnotifications.ModeAuto, maintnotifications.ModeEnabled
+	switch p.optIn {
+	case "required":
+		hookMode = maintnotifications.ModeEnabled
+		mopts = append(mopts, maint.WithHandshake(maint.HandshakeRequired))
+	case "off":
+		hookMode, builtinMode = maintnotifications.ModeDisabled, maintnotifications.ModeDisabled
+		mopts = append(mopts, maint.WithHandshake(maint.HandshakeOff))
+	}
 	switch col {
 	case colAddHook: // go-redis's own handshake (auto mode), maint on top
-		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeAuto, EndpointType: ept}
+		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: hookMode, EndpointType: ept}
 		s.m = maint.New(mopts...)
 		s.rdb = redis.NewClient(opt)
 		s.rdb.AddHook(s.m)
@@ -375,12 +396,21 @@ func (w *world) client(t *testing.T, col column, p params) *subject {
 		s.m = maint.New(mopts...)
 		s.rdb = s.m.NewClient(opt)
 	case colBuiltin:
-		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeEnabled,
+		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: builtinMode,
 			EndpointType: ept, RelaxedTimeout: p.relaxed}
 		s.rdb = redis.NewClient(opt)
 	case colNone:
 		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 		s.rdb = redis.NewClient(opt)
+	}
+	if p.pushes && s.m != nil {
+		cancel := s.m.Observe(s.note)
+		t.Cleanup(cancel)
+	}
+	if p.pushes && col == colBuiltin {
+		if mgr := s.rdb.GetMaintNotificationsManager(); mgr != nil {
+			mgr.AddNotificationHook(builtinNoter{s})
+		}
 	}
 	t.Cleanup(func() {
 		_ = s.rdb.Close()
@@ -389,6 +419,93 @@ func (w *world) client(t *testing.T, col column, p params) *subject {
 		}
 	})
 	return s
+}
+
+// note records a notification maint read (EventNotification), as a push:
+// seq, time and, for a MOVING, the endpoint ("" for null).
+func (s *subject) note(e maint.Event) {
+	if e.Kind != maint.EventNotification {
+		return
+	}
+	p := push{at: e.At, kind: e.Name, args: []string{strconv.FormatInt(e.Seq, 10), "", ""}}
+	for _, f := range strings.Fields(e.Detail) {
+		k, v, _ := strings.Cut(f, "=")
+		switch {
+		case k == "time":
+			p.args[1] = v
+		case k == "endpoint" && v != "null":
+			p.args[2] = v
+		}
+	}
+	s.mu.Lock()
+	s.noted = append(s.noted, p)
+	s.mu.Unlock()
+}
+
+// builtinNoter records the notifications go-redis's built-in handler
+// handles (handled), through its notification hook.
+type builtinNoter struct{ s *subject }
+
+func (b builtinNoter) PreHook(_ context.Context, _ gopush.NotificationHandlerContext, typ string, n []interface{}) ([]interface{}, bool) {
+	b.s.mu.Lock()
+	b.s.hooked = append(b.s.hooked, push{at: time.Now(), kind: typ})
+	b.s.mu.Unlock()
+	return n, true
+}
+
+func (builtinNoter) PostHook(context.Context, gopush.NotificationHandlerContext, string, []interface{}, error) {
+}
+
+// handled reports whether the client's handler has handled a notification
+// of kind since (params.pushes): maint's EventNotification, go-redis's
+// hook; a client with no handler handles none.
+func (s *subject) handled(kind string, since time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range append(s.noted[:len(s.noted):len(s.noted)], s.hooked...) {
+		if p.kind == kind && !p.at.Before(since) {
+			return true
+		}
+	}
+	return false
+}
+
+// awaitHandled returns once the client's handler has handled a
+// notification of kind read since (params.pushes), or after 1 s. node-redis
+// sends the command its timeout scenarios measure from its handler of the
+// notification, once the client has read it; the client's copy may reach it
+// after the suite observer's (far after, on a loaded machine), and a command
+// whose deadline passed before the notification came is one no client can
+// relax. A pooled go-redis client reads a push with its next command: it
+// PINGs until then. A client with no handler handles nothing: it returns at
+// once.
+func (s *subject) awaitHandled(ctx context.Context, kind string, since time.Time) {
+	if s.m == nil && s.col != colBuiltin {
+		return
+	}
+	for deadline := time.Now().Add(time.Second); !s.handled(kind, since) && time.Now().Before(deadline); {
+		_ = s.rdb.Ping(ctx).Err()
+		sleepCtx(ctx, 10*time.Millisecond)
+	}
+}
+
+// received returns the notifications the client received (params.pushes):
+// on maint's columns those maint says it read (its EventNotification
+// events, the client's own account, as node-redis's diagnostics channel
+// is: maint reads the pushes of idle connections off the socket itself,
+// which the tap does not see), on the controls' the pushes the tap saw
+// the client read.
+func (s *subject) received() []push {
+	if s.m == nil {
+		var out []push
+		for _, p := range s.dials.Pushes() {
+			out = append(out, p.push)
+		}
+		return out
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]push(nil), s.noted...)
 }
 
 // plain is a client with no handler, for the second connection some
@@ -422,9 +539,36 @@ type tapDialer struct {
 	// the client surfaced them (a cluster client retries timeouts).
 	timeouts atomic.Int64
 	failed   atomic.Int64
-	mu       sync.Mutex
-	all      []*tapConn
 	wire     map[string]*wireSeen // the OSS Cluster API's pushes read, by name
+	// recordPushes makes every connection parse what it reads and record
+	// the pushes (Pushes); off, reads are passed through untouched. What a
+	// client reads off the socket through SyscallConn (maint's idle
+	// checks) is not seen.
+	recordPushes bool
+	mu           sync.Mutex
+	all          []*tapConn
+	pushes       []tapPush
+}
+
+// tapPush is a push a client's connection read from the server.
+type tapPush struct {
+	push
+	conn *tapConn
+}
+
+// Pushes returns the pushes the client's connections read, in order.
+func (d *tapDialer) Pushes() []tapPush {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]tapPush(nil), d.pushes...)
+}
+
+func (d *tapDialer) addPush(c *tapConn, frame []byte) {
+	if p, ok := parsePush(frame); ok {
+		d.mu.Lock()
+		d.pushes = append(d.pushes, tapPush{p, c})
+		d.mu.Unlock()
+	}
 }
 
 // wireSeen is how often a push name was read on the client's
@@ -501,7 +645,7 @@ func (d *tapDialer) dial(ctx context.Context, network, addr string) (net.Conn, e
 		d.failed.Add(1)
 		return nil, err
 	}
-	tc := &tapConn{Conn: c, d: d, Remote: c.RemoteAddr().String(), Dialed: time.Now()}
+	tc := &tapConn{Conn: c, d: d, Asked: addr, Remote: c.RemoteAddr().String(), Dialed: time.Now()}
 	d.mu.Lock()
 	d.all = append(d.all, tc)
 	d.mu.Unlock()
@@ -521,6 +665,7 @@ func (d *tapDialer) Conns() []*tapConn {
 type tapConn struct {
 	net.Conn
 	d       *tapDialer
+	Asked   string    // the address the client dialled
 	Remote  string    // the address reached
 	Dialed  time.Time // when the dial returned
 	written atomic.Int64
@@ -531,6 +676,9 @@ type tapConn struct {
 	br      *bufio.Reader // from the stall on
 	pending []byte        // a push frame being handed out in a stalled read
 	carry   []byte        // the end of the last read (scan); reads are not concurrent
+	unread  []byte        // bytes read and not yet framed (recordPushes)
+	// unframable: the recording gave up on this stream
+	unframable bool
 }
 
 // tapSysConn is a tapConn over a socket, with its syscall.Conn.
@@ -563,6 +711,9 @@ func (c *tapConn) Read(p []byte) (int, error) {
 			c.d.timeouts.Add(1)
 		}
 		c.scan(p[:n])
+		if c.d.recordPushes && n > 0 {
+			c.frame(p[:n])
+		}
 		return n, err
 	}
 	for len(c.pending) == 0 {
@@ -578,12 +729,40 @@ func (c *tapConn) Read(p []byte) (int, error) {
 		}
 		if len(f) > 0 && f[0] == '>' {
 			c.pending = f
+			if c.d.recordPushes {
+				c.d.addPush(c, f)
+			}
 		}
 	}
 	n := copy(p, c.pending)
 	c.pending = c.pending[n:]
 	c.scan(p[:n])
 	return n, nil
+}
+
+// frame records the pushes among the bytes the client read; a frame not
+// yet whole waits for the next read. A stream that cannot be framed (or a
+// frame over 1 MiB, which no test here reads) stops the recording.
+func (c *tapConn) frame(b []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.unframable {
+		return
+	}
+	c.unread = append(c.unread, b...)
+	for len(c.unread) > 0 {
+		f, err := resp.ReadFrame(bufio.NewReader(bytes.NewReader(c.unread)), nil)
+		if err != nil {
+			if len(c.unread) > 1<<20 || !errors.Is(err, io.ErrUnexpectedEOF) {
+				c.unread, c.unframable = nil, true
+			}
+			return
+		}
+		if f[0] == '>' {
+			c.d.addPush(c, f)
+		}
+		c.unread = c.unread[len(f):]
+	}
 }
 
 func (c *tapConn) Close() error {
@@ -716,6 +895,19 @@ func (o *observer) session(ctx context.Context, w *world, addr string, ready fun
 }
 
 func (o *observer) add(frame []byte) {
+	p, ok := parsePush(frame)
+	if !ok {
+		return
+	}
+	o.mu.Lock()
+	o.seen = append(o.seen, p)
+	close(o.wake)
+	o.wake = make(chan struct{})
+	o.mu.Unlock()
+}
+
+// parsePush reads a push frame's name and arguments (a null as "").
+func parsePush(frame []byte) (push, bool) {
 	lines := strings.Split(string(frame), "\r\n")
 	p := push{at: time.Now()}
 	for i := 1; i < len(lines); i++ {
@@ -731,14 +923,10 @@ func (o *observer) add(frame []byte) {
 		}
 	}
 	if len(p.args) == 0 {
-		return
+		return push{}, false
 	}
 	p.kind, p.args = p.args[0], p.args[1:]
-	o.mu.Lock()
-	o.seen = append(o.seen, p)
-	close(o.wake)
-	o.wake = make(chan struct{})
-	o.mu.Unlock()
+	return p, true
 }
 
 // wait returns the first push of kind seen at or after since.

@@ -98,8 +98,15 @@ type FaultDatabase struct {
 // Action types: migrate, bind, failover, sequence_of_actions (parameter
 // actions: [{type, params, delay}], run in order), topology_change_standalone
 // (effect data_movement_no_conn_drop, data_movement_conn_drop, conn_drop or
-// dns_resolution_change) and slot_migrate (effect slot-shuffle, remove, add
-// or remove-add). Any other type is refused with 422, as a validation error.
+// dns_resolution_change), slot_migrate (effect slot-shuffle, remove, add
+// or remove-add) and update_cluster_config (parameter config:
+// {client_maint_notifications: bool}, for every database, no bdb_id). Any
+// other type is refused with 422, as a validation error.
+//
+// With client_maint_notifications false every node of every database
+// answers the opt-in as a server without support does (SetUnsupported),
+// until it is set true again: a client connecting then receives no
+// notification. Connections already opted in keep theirs.
 type FaultInjector struct {
 	e   *Emulator
 	cfg FaultInjectorConfig
@@ -455,6 +462,8 @@ func (fi *FaultInjector) plan(typ string, params map[string]any, depth int) ([]s
 	}
 	switch typ {
 	case "migrate", "bind", "failover", "topology_change_standalone", "slot_migrate":
+	case "update_cluster_config":
+		return planClusterConfig(params)
 	default:
 		return nil, fmt.Errorf("action type %q is not supported by the emulated fault injector", typ)
 	}
@@ -483,6 +492,41 @@ func (fi *FaultInjector) plan(typ string, params map[string]any, depth int) ([]s
 		return nil, fmt.Errorf("%s does not apply to database %d", typ, db.BdbID)
 	}
 	return []step{{typ: typ, params: params, db: db}}, nil
+}
+
+// planClusterConfig checks an update_cluster_config: the one setting the
+// emulator has, client_maint_notifications.
+func planClusterConfig(params map[string]any) ([]step, error) {
+	cfg, ok := params["config"].(map[string]any)
+	if !ok || len(cfg) == 0 {
+		return nil, errors.New("update_cluster_config needs an object parameter config")
+	}
+	for k, v := range cfg {
+		if k != "client_maint_notifications" {
+			return nil, fmt.Errorf("update_cluster_config: setting %q is not emulated", k)
+		}
+		if _, ok := v.(bool); !ok {
+			return nil, fmt.Errorf("update_cluster_config: client_maint_notifications must be a boolean, got %v", v)
+		}
+	}
+	return []step{{typ: "update_cluster_config", params: params}}, nil
+}
+
+// setNotifications turns the opt-in of every node of every database on or
+// off (update_cluster_config client_maint_notifications).
+func (fi *FaultInjector) setNotifications(on bool) {
+	fi.mu.Lock()
+	var nodes []*Endpoint
+	for _, db := range fi.dbs {
+		nodes = append(nodes, db.Nodes...)
+		if db.Cluster != nil {
+			nodes = append(nodes, db.Cluster.Nodes()...)
+		}
+	}
+	fi.mu.Unlock()
+	for _, ep := range nodes {
+		ep.SetUnsupported(!on)
+	}
 }
 
 // number reads a JSON number or a numeric string.
@@ -528,7 +572,9 @@ func (fi *FaultInjector) run(a *faultAction, steps []step) {
 	}
 	fi.mu.Lock()
 	a.output["steps"] = done
-	a.output["bdb_id"] = steps[len(steps)-1].db.BdbID
+	if db := steps[len(steps)-1].db; db != nil {
+		a.output["bdb_id"] = db.BdbID
+	}
 	fi.mu.Unlock()
 	fi.setStatus(a, "success", "")
 }
@@ -551,6 +597,12 @@ func (fi *FaultInjector) sleep(d time.Duration) bool {
 var errClosedFI = errors.New("fault injector closed")
 
 func (fi *FaultInjector) runStep(s step) error {
+	if s.typ == "update_cluster_config" {
+		cfg, _ := s.params["config"].(map[string]any)
+		on, _ := cfg["client_maint_notifications"].(bool)
+		fi.setNotifications(on)
+		return nil
+	}
 	db := s.db
 	db.mu.Lock() // one action at a time per database, as on a real cluster
 	defer db.mu.Unlock()

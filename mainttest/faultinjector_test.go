@@ -315,3 +315,54 @@ func TestFaultInjectorEndpointsConfig(t *testing.T) {
 		t.Fatalf("oss: %+v\n%s", oss, b)
 	}
 }
+
+// TestFaultInjectorUpdateClusterConfig sends node-redis's
+// update_cluster_config request (config.client_maint_notifications, no
+// bdb_id): off, every node of every database refuses the opt-in as a
+// server without support and a migration sends nothing to a connection
+// that asked; on again, the opt-in is answered +OK and notifications flow.
+// A malformed or unknown setting is refused with 422.
+func TestFaultInjectorUpdateClusterConfig(t *testing.T) {
+	f := newFIEnv(t)
+	setTo := func(on string) {
+		t.Helper()
+		id := f.trigger(`{"type":"update_cluster_config","parameters":{"config":{"client_maint_notifications":` + on + `}}}`)
+		if m := f.wait(id); m["status"] != "success" {
+			t.Fatalf("update_cluster_config %s: %v", on, m)
+		}
+	}
+	setTo("false")
+	for _, ep := range append([]*Endpoint{f.old, f.new}, f.cl.Nodes()...) {
+		c := dialRaw(t, ep.Addr())
+		c.hello3()
+		if got := c.do("CLIENT", "MAINT_NOTIFICATIONS", "ON", "moving-endpoint-type", "external-ip"); !strings.HasPrefix(got, "-ERR unknown subcommand") {
+			t.Fatalf("%s: opt-in with notifications off answered %q", ep.Addr(), got)
+		}
+	}
+	c := dialRaw(t, f.old.Addr())
+	c.hello3()
+	c.do("CLIENT", "MAINT_NOTIFICATIONS", "ON", "moving-endpoint-type", "external-ip")
+	if m := f.wait(f.trigger(`{"type":"migrate","parameters":{"bdb_id":7}}`)); m["status"] != "success" {
+		t.Fatalf("migrate: %v", m)
+	}
+	c.noFrameWithin(100 * time.Millisecond)
+
+	setTo("true")
+	on := dialRaw(t, f.old.Addr())
+	on.hello3()
+	on.optIn("external-ip")
+	expectPushes(t, on, "MIGRATED") // the last completion, replayed on opt-in
+	id := f.trigger(`{"type":"migrate","parameters":{"bdb_id":7}}`)
+	expectPushes(t, on, "MIGRATING", "MIGRATED")
+	f.wait(id)
+
+	for _, body := range []string{
+		`{"type":"update_cluster_config","parameters":{}}`,
+		`{"type":"update_cluster_config","parameters":{"config":{"client_maint_notifications":"no"}}}`,
+		`{"type":"update_cluster_config","parameters":{"config":{"shards_count":3}}}`,
+	} {
+		if code, _ := f.call("POST", "/action", body); code != http.StatusUnprocessableEntity {
+			t.Errorf("POST /action %s: %d, want 422", body, code)
+		}
+	}
+}
