@@ -346,35 +346,7 @@ func connectShortTimeouts(ctx context.Context, s *subject) error {
 // the FAILING_OVER, as node-redis sends it from its handler.
 func TestNodeRedisTimeoutsRelaxedDuringFailingOver(t *testing.T) {
 	parallelTop(t)
-	scenario{
-		name:      "TestNodeRedisTimeoutsRelaxedDuringFailingOver",
-		criterion: "50 ms timeout: 50 ms +20% before (short: 4x); at FAILING_OVER 2 s ±20%, a maintenance error",
-		check: func(ctx context.Context, t *testing.T, w *world, col column) error {
-			s := w.client(t, col, params{timeout: nodeRedisNormal, relaxed: nodeRedisRelaxed, pool: 10, pushes: true})
-			if err := connectShortTimeouts(ctx, s); err != nil {
-				return err
-			}
-			if err := normalTimeout(ctx, s); err != nil {
-				return fmt.Errorf("before maintenance: %w", err)
-			}
-			o := w.observe(t)
-			since := time.Now()
-			wait := async(func() error { return w.failover(ctx) })
-			if _, err := o.wait(ctx, "FAILING_OVER", since); err != nil {
-				return errors.Join(err, wait())
-			}
-			s.awaitHandled(ctx, "FAILING_OVER", since)
-			d, serr := s.stall(ctx)
-			err := within(d, serr, nodeRedisRelaxed, "relaxed")
-			if err == nil && col.maint() && !isMaintTimeout(serr) {
-				err = fmt.Errorf("not a maintenance timeout: %v", serr)
-			}
-			if err != nil {
-				err = fmt.Errorf("at FAILING_OVER: %w", err)
-			}
-			return errors.Join(err, wait())
-		},
-	}.run(t)
+	nodeRedisRelaxedAt("TestNodeRedisTimeoutsRelaxedDuringFailingOver", (*world).failover, "FAILING_OVER").run(t)
 }
 
 // TestNodeRedisTimeoutsUnrelaxedAfterFailedOver ports to-failover.e2e.ts's

@@ -318,9 +318,21 @@ const (
 // maintenance the quickest of three stalls is measured.
 func TestNodeRedisTimeoutsRelaxedDuringMigratingAndMoving(t *testing.T) {
 	parallelTop(t)
-	scenario{
-		name:      "TestNodeRedisTimeoutsRelaxedDuringMigratingAndMoving",
-		criterion: "50 ms timeout: 50 ms +20% before (short: 4x); at MIGRATING and at MOVING 2 s ±20%, a maintenance error",
+	nodeRedisRelaxedAt("TestNodeRedisTimeoutsRelaxedDuringMigratingAndMoving",
+		(*world).migrateAndBind, "MIGRATING", "MOVING").run(t)
+}
+
+// nodeRedisRelaxedAt is node-redis's relaxed-timeout scenario through an
+// action: command timeout 50 ms, relaxed 2000 ms; before the action the
+// normal timeout (the quickest of three stalls, a plain error); then, for
+// each of kinds at once, a command sent once the client's handler has
+// handled that notification (awaitHandled: node-redis sends it from its
+// handler), whose reply never comes, times out within ±20% of 2000 ms, on
+// maint's columns with a *maint.TimeoutError.
+func nodeRedisRelaxedAt(name string, action func(*world, context.Context) error, kinds ...string) scenario {
+	return scenario{
+		name:      name,
+		criterion: "50 ms timeout: 50 ms +20% before (short: 4x); at " + strings.Join(kinds, " and at ") + " 2 s ±20%, a maintenance error",
 		check: func(ctx context.Context, t *testing.T, w *world, col column) error {
 			s := w.client(t, col, params{timeout: nodeRedisNormal, relaxed: nodeRedisRelaxed, pool: 10, pushes: true})
 			if err := connectShortTimeouts(ctx, s); err != nil {
@@ -331,34 +343,34 @@ func TestNodeRedisTimeoutsRelaxedDuringMigratingAndMoving(t *testing.T) {
 			}
 			o := w.observe(t)
 			since := time.Now()
-			wait := async(func() error { return w.migrateAndBind(ctx) })
-			var mu sync.Mutex
-			var errs []error
+			wait := async(func() error { return action(w, ctx) })
+			errs := make([]error, len(kinds))
 			var wg sync.WaitGroup
-			for _, kind := range []string{"MIGRATING", "MOVING"} {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					var err error
-					if _, err = o.wait(ctx, kind, since); err == nil {
+			for i, kind := range kinds {
+				wg.Go(func() {
+					err := func() error {
+						if _, err := o.wait(ctx, kind, since); err != nil {
+							return err
+						}
 						s.awaitHandled(ctx, kind, since)
 						d, serr := s.stall(ctx)
-						err = within(d, serr, nodeRedisRelaxed, "relaxed")
-						if err == nil && col.maint() && !isMaintTimeout(serr) {
-							err = fmt.Errorf("not a maintenance timeout: %v", serr)
+						if err := within(d, serr, nodeRedisRelaxed, "relaxed"); err != nil {
+							return err
 						}
-					}
+						if col.maint() && !isMaintTimeout(serr) {
+							return fmt.Errorf("not a maintenance timeout: %v", serr)
+						}
+						return nil
+					}()
 					if err != nil {
-						mu.Lock()
-						errs = append(errs, fmt.Errorf("at %s: %w", kind, err))
-						mu.Unlock()
+						errs[i] = fmt.Errorf("at %s: %w", kind, err)
 					}
-				}()
+				})
 			}
 			wg.Wait()
 			return errors.Join(append(errs, wait())...)
 		},
-	}.run(t)
+	}
 }
 
 // TestNodeRedisTimeoutsUnrelaxedAfterMigratedAndMoving ports node-redis's
