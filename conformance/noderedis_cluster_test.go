@@ -332,21 +332,7 @@ func TestNodeRedisShardedPubSubSingleSubscriber(t *testing.T) {
 	parallelTop(t)
 	pubSubScenario("TestNodeRedisShardedPubSubSingleSubscriber",
 		"16 channels, 10 SPUBLISH per channel every 10 ms for 10 s: each channel receives exactly what was published",
-		func(ctx context.Context, t *testing.T, w *world, col column) error {
-			ccs, err := pubSubClients(ctx, t, w, col, 1)
-			if err != nil {
-				return err
-			}
-			tr := newTracker()
-			if _, err := subscribe(ctx, t, ccs[1], true, nodeRedisChannels, tr); err != nil {
-				return err
-			}
-			p := publish(ctx, ccs[0], true, nodeRedisChannels, 10, 10*time.Millisecond, tr)
-			sleepCtx(ctx, nodeRedisPubSubLoad(10*time.Second))
-			p.stop()
-			tr.settle(ctx, nodeRedisChannels)
-			return tr.allReceived(nodeRedisChannels, "subscriber")
-		}).run(t)
+		subscribersReceiveAll(1)).run(t)
 }
 
 // TestNodeRedisShardedPubSubMultipleSubscribers ports "Multiple
@@ -356,32 +342,47 @@ func TestNodeRedisShardedPubSubMultipleSubscribers(t *testing.T) {
 	parallelTop(t)
 	pubSubScenario("TestNodeRedisShardedPubSubMultipleSubscribers",
 		"two subscribers of 16 channels, 10 SPUBLISH per channel every 10 ms for 10 s: each receives exactly what was published",
-		func(ctx context.Context, t *testing.T, w *world, col column) error {
-			ccs, err := pubSubClients(ctx, t, w, col, 2)
-			if err != nil {
+		subscribersReceiveAll(2)).run(t)
+}
+
+// subscribersReceiveAll is the check of spubsub.e2e.ts's subscriber
+// scenarios: n subscriber clients SSUBSCRIBE to the 16 channels, a
+// publisher client sends rounds of 10 SPUBLISH per channel 10 ms apart for
+// 10 s (short: 1 s), and each subscriber receives exactly what was
+// published.
+func subscribersReceiveAll(n int) func(ctx context.Context, t *testing.T, w *world, col column) error {
+	return func(ctx context.Context, t *testing.T, w *world, col column) error {
+		ccs, err := pubSubClients(ctx, t, w, col, n)
+		if err != nil {
+			return err
+		}
+		trs := make([]*tracker, n)
+		for i := range trs {
+			trs[i] = newTracker()
+			if _, err := subscribe(ctx, t, ccs[1+i], true, nodeRedisChannels, trs[i]); err != nil {
 				return err
 			}
-			sent, second := newTracker(), newTracker()
-			if _, err := subscribe(ctx, t, ccs[1], true, nodeRedisChannels, sent); err != nil {
-				return err
+		}
+		sent := trs[0] // the publisher counts what it sent in the first tracker
+		p := publish(ctx, ccs[0], true, nodeRedisChannels, 10, 10*time.Millisecond, sent)
+		sleepCtx(ctx, nodeRedisPubSubLoad(10*time.Second))
+		p.stop()
+		sent.mu.Lock()
+		for _, tr := range trs[1:] {
+			tr.mu.Lock()
+			for ch, k := range sent.sent {
+				tr.sent[ch], tr.failed[ch] = k, sent.failed[ch]
 			}
-			if _, err := subscribe(ctx, t, ccs[2], true, nodeRedisChannels, second); err != nil {
-				return err
-			}
-			p := publish(ctx, ccs[0], true, nodeRedisChannels, 10, 10*time.Millisecond, sent)
-			sleepCtx(ctx, nodeRedisPubSubLoad(10*time.Second))
-			p.stop()
-			// The second subscriber's tracker counts its messages only;
-			// what was published is the first one's count.
-			sent.mu.Lock()
-			for ch, n := range sent.sent {
-				second.sent[ch], second.failed[ch] = n, sent.failed[ch]
-			}
-			sent.mu.Unlock()
-			sent.settle(ctx, nodeRedisChannels)
-			second.settle(ctx, nodeRedisChannels)
-			return errors.Join(sent.allReceived(nodeRedisChannels, "subscriber 1"), second.allReceived(nodeRedisChannels, "subscriber 2"))
-		}).run(t)
+			tr.mu.Unlock()
+		}
+		sent.mu.Unlock()
+		errs := make([]error, n)
+		for i, tr := range trs {
+			tr.settle(ctx, nodeRedisChannels)
+			errs[i] = tr.allReceived(nodeRedisChannels, fmt.Sprintf("subscriber %d", i+1))
+		}
+		return errors.Join(errs...)
+	}
 }
 
 // TestNodeRedisShardedPubSubNothingAfterSunsubscribe ports "should NOT
