@@ -128,8 +128,15 @@ type reshardRun struct {
 	// Redirects counts the MOVED and ASK the nodes served (each one
 	// followed by go-redis); RedirectsAfter those served after the
 	// SMIGRATED was sent.
-	Redirects      int64 `json:"redirects"`
-	RedirectsAfter int64 `json:"redirects_after_smigrated"`
+	Redirects int64 `json:"redirects"`
+	// TimedOutUnrelaxed counts the command deadlines met on the wire on a
+	// connection to a node maint had not relaxed then (for a control,
+	// every one): before the SMIGRATING is read, only a machine too busy
+	// to answer within ReadTimeout makes one. TimedOutRelaxed counts those
+	// met while it had (relaxed past the slow writes' delay: none expected).
+	TimedOutUnrelaxed int64 `json:"timed_out_unrelaxed"`
+	TimedOutRelaxed   int64 `json:"timed_out_relaxed"`
+	RedirectsAfter    int64 `json:"redirects_after_smigrated"`
 	// SlotMaps counts the slot-map requests served from the SMIGRATING on.
 	SlotMaps int64 `json:"slot_map_reloads"`
 	// RemovedClosed counts the connections the removed node had to close,
@@ -228,9 +235,10 @@ func (rn *runner) reshard(c reshardClient, maxRetries int) (*reshardRun, error) 
 	src := nodes[0]
 	// The source's slow replies come after the command ran.
 	src.SetLatencyAfterExecution(true)
+	wire := newWireTimeouts(emu.Dialer())
 	opt := &redis.ClusterOptions{
 		Addrs:        cl.Addrs(),
-		Dialer:       emu.Dialer(),
+		Dialer:       wire.dial,
 		Protocol:     3,
 		PoolSize:     s.pool,
 		MaxRetries:   maxRetries,
@@ -251,12 +259,12 @@ func (rn *runner) reshard(c reshardClient, maxRetries int) (*reshardRun, error) 
 	case c.kind == clientMaint && s.maintRoute == routeConfigure:
 		// The options route: every node client's Maint is in place before
 		// its first dial.
-		g = maint.NewGroup(maint.WithLogf(rn.logf))
+		g = maint.NewGroup(maint.WithLogf(rn.logf), maint.WithOnEvent(wire.event))
 		cc = g.NewClusterClient(opt)
 	case c.kind == clientMaint:
 		// One line on an existing client, before its first command.
 		cc = redis.NewClusterClient(opt)
-		if g, err = maint.Instrument(cc, maint.WithLogf(rn.logf)); err != nil {
+		if g, err = maint.Instrument(cc, maint.WithLogf(rn.logf), maint.WithOnEvent(wire.event)); err != nil {
 			_ = cc.Close()
 			return nil, err
 		}
@@ -326,6 +334,7 @@ func (rn *runner) reshard(c reshardClient, maxRetries int) (*reshardRun, error) 
 	r := &reshardRun{Client: c.name, MaxRetries: effectiveRetries(maxRetries), client: c, Slow: slow.Load(),
 		OK: l.ok.Load(), Failed: l.failed.Load(), NotStarted: l.notStarted.Load(), Unfinished: l.unfinished.Load(),
 		Errors: l.errors(), Before: l.latency(0, s.before), During: l.latency(s.before, s.before+reshardSpan(s))}
+	r.TimedOutUnrelaxed, r.TimedOutRelaxed = wire.unrelaxed.Load(), wire.whileRelaxed.Load()
 	r.Redirects = reshardRedirects(nodes)
 	r.RedirectsAfter = r.Redirects - redirectsAt
 	r.SlotMaps = reshardSlotMaps(nodes) - slotMapsBefore
@@ -507,6 +516,8 @@ func printReshard(w io.Writer, rr *reshardReport) {
 	pair("p99 before, ms", func(r *reshardRun) string { return fmtMs(r.Before.P99) })
 	pair("p99 during, ms", func(r *reshardRun) string { return fmtMs(r.During.P99) })
 	pair("slow writes sent (INCRBY)", i64(func(r *reshardRun) int64 { return r.Slow }))
+	pair("deadlines met on the wire, node not relaxed", i64(func(r *reshardRun) int64 { return r.TimedOutUnrelaxed }))
+	pair("deadlines met on the wire, node relaxed", i64(func(r *reshardRun) int64 { return r.TimedOutRelaxed }))
 	pair("not started", i64(func(r *reshardRun) int64 { return r.NotStarted }))
 	t.write(w)
 	fmt.Fprintf(w, "(a ClusterClient retries a timed-out command up to MaxRedirects times whatever MaxRetries says)\n")
