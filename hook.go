@@ -171,11 +171,10 @@ func (m *Maint) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 		// them again here as well ran them twice (final 3 of an INCR
 		// acknowledged once, cmd/maintdemo's TestReshardMaint, 3 plays in 6
 		// beside a CI run): maint leaves the rerun to go-redis there.
-		rerun := m.s.cluster == nil
-		if rerun && err != nil && errors.Is(err, redis.ErrPoolTimeout) {
+		if err != nil && m.s.cluster == nil && errors.Is(err, redis.ErrPoolTimeout) {
 			err = m.poolRetry(ctx, func() error { return next(ctx, cmds) }, err)
 		}
-		if rerun && err != nil && m.runsAgain(err, cmds...) {
+		if err != nil && m.s.cluster == nil && m.runsAgain(err, cmds...) {
 			err = m.rerunNotWritten(ctx, func() error {
 				if err := m.waitTurn(ctx); err != nil {
 					setErrs(cmds, err)
