@@ -285,18 +285,16 @@ func isHello3(p []byte) bool {
 // replays what is open on the node (a MOVING) right behind the opt-in's
 // reply. Read here, before go-redis writes its next command, a replayed
 // MOVING retires the connection before it carries one (refusesFirstUse).
-// Bounded by optInReplyWait, or go-redis's read deadline if sooner: past
-// it, the reply is read whenever it comes, as before. It returns the bytes
-// of p filled, and an error other than the bound's timeout.
+// The wait is under go-redis's own read deadline for HELLO's reply, and
+// costs go-redis nothing: the reply to whatever it writes next comes only
+// behind the opt-in's. Past that deadline HELLO's reply is returned alone
+// (the opt-in's is read whenever it comes) and go-redis sets its next
+// deadline. It returns the bytes of p filled, and an error other than the
+// deadline's timeout.
 func (c *conn) readOptInReply(p []byte, n int) (int, error) {
 	if n >= len(p) {
 		return n, nil
 	}
-	bound := time.Now().Add(optInReplyWait)
-	if asked := c.rdl.socket(); !asked.IsZero() && asked.Before(bound) {
-		bound = asked // go-redis's own deadline is sooner
-	}
-	_ = c.raw.SetReadDeadline(bound)
 	var err error
 	for n < len(p) && c.rd.NextIsDropped() {
 		var k int
@@ -306,16 +304,11 @@ func (c *conn) readOptInReply(p []byte, n int) (int, error) {
 			break
 		}
 	}
-	c.restoreRead()
 	if ne, ok := err.(net.Error); ok && ne.Timeout() {
-		err = nil // the reply is read whenever it comes
+		err = nil // HELLO's reply is whole; go-redis's next read meets its own deadline
 	}
 	return n, err
 }
-
-// optInReplyWait bounds how long the read of go-redis's HELLO reply waits
-// for the opt-in's reply behind it.
-const optInReplyWait = 100 * time.Millisecond
 
 // onHandshakeReply receives the reply to the injected opt-in, which the
 // Stripper took out of the stream.

@@ -470,13 +470,15 @@ func (s *lateOptInServer) serve(c net.Conn, delay time.Duration, to string) {
 
 // On the options route the read of HELLO's reply returns only with the
 // opt-in's reply behind it, even when the server sends that reply (and the
-// MOVING it replays) later than HELLO's: the application's first command,
+// MOVING it replays) later than HELLO's, up to go-redis's read deadline
+// (3 s here; the delay is longer than any fixed wait a machine's scheduler
+// could make a test's short one outlast): the application's first command,
 // go-redis's next write once HELLO is answered (DisableIdentity: no CLIENT
 // SETINFO between), is not written to a node whose window is ending; it
 // runs on the named successor.
 func TestHelloReplyWaitsForTheOptInReply(t *testing.T) {
 	e := newEnv(t)
-	old := newLateOptInServer(t, 30*time.Millisecond, e.new.Addr())
+	old := newLateOptInServer(t, 300*time.Millisecond, e.new.Addr())
 	opt := e.options(1)
 	opt.Addr, opt.Dialer, opt.DisableIdentity = old.ln.Addr().String(), nil, true
 	rdb, _, ev := e.client(routes[1], opt)
