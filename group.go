@@ -40,7 +40,9 @@ import (
 // Ring closes are closed and forgotten, their counters kept in Stats; so
 // are those of the clients the application closes (a client the Group made
 // or instrumented, a ClusterClient's node clients), and the options a Group
-// configured are remembered only while they are reachable.
+// configured are remembered only while they are reachable. A Maint of
+// Configure, whose client the Group cannot see, is forgotten once the
+// application closes it.
 // A Group is safe for concurrent use. Close it after its clients.
 type Group struct {
 	opts []Option
@@ -138,11 +140,15 @@ func (g *Group) has(cli *redis.Client) bool {
 
 // Configure prepares options for a new *redis.Client (see Maint.Configure)
 // with a new Maint of the group, and returns that Maint: add it to the
-// client as a hook (rdb.AddHook(m)), or use NewClient.
+// client as a hook (rdb.AddHook(m)), or use NewClient. Close the Maint
+// after its client: the group cannot see that client, and forgets the
+// Maint (its counters kept in Stats) once it is closed.
 func (g *Group) Configure(opt *redis.Options) *Maint {
 	m := g.newMaint()
 	m.Configure(opt)
-	g.add(m, nil, nil)
+	if g.add(m, nil, nil) {
+		g.startClosedSweeper()
+	}
 	return m
 }
 
@@ -471,7 +477,9 @@ func (g *Group) sweepLocked(every time.Duration) {
 	}()
 }
 
-// sweep closes and forgets the Maints of ring shards that ran no command
+// sweep forgets the Maints the application closed (Configure's, whose
+// clients the group cannot see); it closes and forgets the Maints of ring
+// shards that ran no command
 // (not even the heartbeat's PING) and held no connection for deadAfter or
 // are closed, of clients of their own with no connection that are closed,
 // of cluster node clients quiet for clusterGone whose node the slot maps
@@ -481,12 +489,7 @@ func (g *Group) sweepLocked(every time.Duration) {
 func (g *Group) sweep(now time.Time) {
 	g.mu.Lock()
 	rings := append([]*redis.Ring(nil), g.watched...)
-	var check []*member
-	for _, mb := range g.ms {
-		if mb.live != nil || mb.cli != nil {
-			check = append(check, mb)
-		}
-	}
+	check := append([]*member(nil), g.ms...)
 	dead, gone := g.deadAfter, g.clusterGone
 	g.mu.Unlock()
 	for _, r := range rings {
@@ -498,6 +501,13 @@ func (g *Group) sweep(now time.Time) {
 	}
 	mnow := monoNow()
 	for _, mb := range check {
+		if mb.m.isClosed() {
+			g.forget(mb) // closed by the application: it serves nobody
+			continue
+		}
+		if mb.cli == nil && mb.live == nil {
+			continue // Configure's: the application closes it
+		}
 		if mb.live == nil {
 			// A client of its own: the application closes it. One with no
 			// connection is asked at its second quiet sweep.

@@ -211,3 +211,35 @@ func TestInstrumentedRingClosedIsNoLongerWatched(t *testing.T) {
 	waitFor(t, "the closed Rings' shard Maints forgotten", 20*time.Second, func() bool { return len(g.Maints()) == 1 })
 	require.NoError(t, live.Ping(context.Background()).Err())
 }
+
+// A Maint of Group.Configure, whose client the group cannot see, is kept
+// while it is open and forgotten once the application closes it, its
+// counters kept in the group's Stats: a program that configures a client
+// per tenant and closes each (client, then Maint) leaves nothing behind.
+func TestGroupForgetsAConfiguredMaintOnceClosed(t *testing.T) {
+	e := newEnv(t)
+	g := maint.NewGroup(maint.WithLogf(func(string, ...any) {}))
+	t.Cleanup(func() { _ = g.Close() })
+	maint.SetClusterGone(g, 400*time.Millisecond) // the sweeper runs every 100ms
+	ctx := context.Background()
+	const n = 20
+	var open *redis.Client
+	for i := range n + 1 {
+		opt := e.options(1)
+		m := g.Configure(opt)
+		rdb := redis.NewClient(opt)
+		rdb.AddHook(m)
+		require.NoError(t, rdb.Set(ctx, "k", i, 0).Err())
+		if i == n {
+			open = rdb // its Maint stays open
+			break
+		}
+		require.NoError(t, rdb.Close())
+		require.NoError(t, m.Close())
+	}
+	defer open.Close()
+	waitFor(t, "the closed Maints forgotten", 10*time.Second, func() bool { return len(g.Maints()) == 1 })
+	require.NoError(t, open.Set(ctx, "k", "open", 0).Err(), "the open one serves")
+	assert.Len(t, g.Maints(), 1, "the open Maint is kept")
+	assert.EqualValues(t, n+1, g.Stats().Handshakes, "every Maint's opt-ins counted, the forgotten ones' included")
+}

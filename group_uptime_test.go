@@ -19,7 +19,7 @@ import (
 
 // uptimeRounds is how many clients of every kind TestGroupUptimeEveryKind
 // makes and closes: 1 000, or 150 under -race (the same kinds, fewer
-// rounds, to fit CI: each round is 9 clients and 12 node clients).
+// rounds, to fit CI: each round is 10 clients and 12 node clients).
 func uptimeRounds() int {
 	if raceOn {
 		return 150
@@ -28,7 +28,8 @@ func uptimeRounds() int {
 }
 
 // One Group that lives long: it makes and closes uptimeRounds clients of
-// every kind (Client; ClusterClient on the same options and on new ones;
+// every kind (Client, by NewClient and by Configure and AddHook, its Maint
+// closed after it; ClusterClient on the same options and on new ones;
 // Ring, whose shards SetAddrs adds and drops; FailoverClient; and
 // Instrument on an existing Client, ClusterClient, Ring and
 // FailoverClient), with maintenance between them (MIGRATING/MIGRATED on
@@ -198,6 +199,11 @@ func TestGroupUptimeEveryKind(t *testing.T) {
 		cs = nil
 		add := func(c redis.UniversalClient) { cs = append(cs, c) }
 		add(g.NewClient(plainOpt()))
+		configured := plainOpt()
+		cm := g.Configure(configured)
+		withHook := redis.NewClient(configured)
+		withHook.AddHook(cm)
+		add(withHook)
 		if i%2 == 0 {
 			add(g.NewClusterClient(sameCluster))
 		} else {
@@ -232,6 +238,7 @@ func TestGroupUptimeEveryKind(t *testing.T) {
 			require.NoError(t, c.Close())
 		}
 		cs = nil
+		require.NoError(t, cm.Close(), "after its client, as Group.Configure says")
 		if i%10 == 5 {
 			e.old.Migrated(`["1"]`)
 			fo.Migrated(`["1"]`)
@@ -247,9 +254,9 @@ func TestGroupUptimeEveryKind(t *testing.T) {
 	require.NoError(t, goleak.Find(leaks...), "goroutines beyond the live clients'")
 	after, logAfter := heap(), logBytes()
 	grew := int64(after) - int64(before) - (logAfter - logBefore)
-	t.Logf("%d rounds of 9 clients in %v, forgotten at %v: %d Maints, %+v; heap %d → %d, of which the emulator's log %+d B: %+d B",
+	t.Logf("%d rounds of 10 clients in %v, forgotten at %v: %d Maints, %+v; heap %d → %d, of which the emulator's log %+d B: %+d B",
 		n, made.Round(time.Millisecond), forgotten.Round(time.Millisecond), len(g.Maints()), maint.MemoryOf(g), before, after, logAfter-logBefore, grew)
-	// One round's clients kept would be far more (9 clients, 12 node
+	// One round's clients kept would be far more (10 clients, 12 node
 	// clients, their Maints and pools): 2 MiB is what the heap's own noise
 	// needs, about 2 KiB per round.
 	assert.Less(t, grew, int64(2<<20), "heap growth over %d rounds", n)

@@ -34,6 +34,8 @@ type Maint struct {
 	// stopped is set by Close: the Maint steps aside, and its connections
 	// stop stripping notifications and relaxing deadlines.
 	stopped atomic.Bool
+	// shut is set when Close has returned: what it emits has been emitted.
+	shut atomic.Bool
 	// hooked is set once go-redis has taken the process hooks (AddHook):
 	// only then can commands be held before they take a connection.
 	hooked atomic.Bool
@@ -270,8 +272,12 @@ func (m *Maint) Close() error {
 	m.deferred.shutAll()
 	m.wg.Wait()
 	m.dropSpares()
+	m.shut.Store(true)
 	return nil
 }
+
+// isClosed reports whether a call of Close has returned.
+func (m *Maint) isClosed() bool { return m.shut.Load() }
 
 // goBackground runs f on a goroutine owned by m, unless m is closed.
 func (m *Maint) goBackground(f func()) bool {
