@@ -328,3 +328,100 @@ func TestContractClusterAddressRewrite(t *testing.T) {
 	}})
 	assert.Contains(t, got, ":"+port, "with ClusterSlots go-redis no longer names a loopback node \":port\"")
 }
+
+// go-redis's ClusterClient runs again, in its next attempt, a node's
+// pipeline batch that got no connection (a pool timeout): it re-queues the
+// batch inside the node client's pipeline hook chain, before next returns
+// (processPipelineNode), so the node client's hooks see the timeout and
+// then, at the next attempt, the batch again. A node client's hook that ran
+// the batch again itself would run its writes twice: maint's pipeline hook
+// leaves that rerun to go-redis on a cluster node client, even while a node
+// is relaxed, when it gives a standalone client's pool timeout more turns
+// (docs/guarantees.md M11). Both columns: the INCR runs once and succeeds,
+// and the node's pipeline hook sees two calls.
+func TestContractClusterRequeuesABatchThatGotNoConnection(t *testing.T) {
+	for _, withMaint := range []bool{false, true} {
+		t.Run(map[bool]string{false: "go-redis", true: "maint"}[withMaint], func(t *testing.T) {
+			emu, err := mainttest.New(mainttest.Config{Logf: t.Logf})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = emu.Close() })
+			cl, err := emu.NewCluster(mainttest.ClusterConfig{})
+			require.NoError(t, err)
+			var held atomic.Pointer[redis.Conn]
+			var calls, timeouts atomic.Int64
+			watch := funcHook{pipeline: func(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+				return func(ctx context.Context, cmds []redis.Cmder) error {
+					err := next(ctx, cmds)
+					if _, ok := cmds[0].(*redis.IntCmd); !ok {
+						return err
+					}
+					calls.Add(1)
+					if errors.Is(err, redis.ErrPoolTimeout) {
+						timeouts.Add(1)
+						if c := held.Swap(nil); c != nil {
+							_ = c.Close() // the next attempt gets the connection
+						}
+					}
+					return err
+				}
+			}}
+			opt := &redis.ClusterOptions{Addrs: cl.Addrs(), Dialer: emu.Dialer(), Protocol: 3,
+				PoolSize: 1, PoolTimeout: 100 * time.Millisecond, MaxRedirects: 3,
+				MinRetryBackoff: time.Millisecond, MaxRetryBackoff: 2 * time.Millisecond,
+				NewClient: func(o *redis.Options) *redis.Client {
+					o.PipelinePoolSize = -1 // pipelines on the main pool, whose only connection is held
+					c := redis.NewClient(o)
+					c.AddHook(watch) // inside maint's hooks on the maint route
+					return c
+				}}
+			var cc *redis.ClusterClient
+			relaxed := make(chan struct{}, 1)
+			if withMaint {
+				g := maint.NewGroup(maint.WithLogf(t.Logf), maint.WithOnEvent(func(e maint.Event) {
+					if e.Kind == maint.EventRelaxOn {
+						select {
+						case relaxed <- struct{}{}:
+						default:
+						}
+					}
+				}))
+				t.Cleanup(func() { _ = g.Close() })
+				cc = g.NewClusterClient(opt)
+			} else {
+				cc = redis.NewClusterClient(opt)
+			}
+			t.Cleanup(func() { _ = cc.Close() })
+			ctx := context.Background()
+			const key = "requeued"
+			node, err := cc.MasterForKey(ctx, key)
+			require.NoError(t, err)
+			conn := node.Conn() // the node's only connection, held
+			t.Cleanup(func() { _ = conn.Close() })
+			require.NoError(t, conn.Ping(ctx).Err(), "the connection dialled and opted in")
+			if withMaint {
+				// The node relaxed: maint would give a standalone client's
+				// pool timeout more turns now.
+				cl.OwnerOf(key).Migrating(0, `["1"]`)
+				require.NoError(t, conn.Ping(ctx).Err(), "the held connection reads the MIGRATING")
+				select {
+				case <-relaxed:
+				case <-time.After(10 * time.Second):
+					t.Fatal("the node was never relaxed")
+				}
+			}
+			held.Store(conn)
+			var incr *redis.IntCmd
+			_, err = cc.Pipelined(ctx, func(p redis.Pipeliner) error {
+				incr = p.Incr(ctx, key)
+				return nil
+			})
+			require.NoError(t, err, "the batch ran at go-redis's next attempt")
+			assert.EqualValues(t, 1, incr.Val())
+			assert.EqualValues(t, 1, timeouts.Load(), "the first attempt got no connection")
+			assert.EqualValues(t, 2, calls.Load(), "the node's pipeline hook saw the timeout, then the batch again")
+			got, err := cc.Get(ctx, key).Int()
+			require.NoError(t, err)
+			assert.Equal(t, 1, got, "the INCR ran once")
+		})
+	}
+}
