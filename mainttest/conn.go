@@ -249,6 +249,9 @@ func (c *conn) readLoop(cr *bufio.Reader) {
 		if frame[0] != '*' && len(bytes.TrimSpace(frame)) == 0 || bytes.Equal(frame, emptyArray) {
 			continue // Redis ignores empty inline lines and empty arrays
 		}
+		c.ep.mu.Lock()
+		c.ep.stats.Commands++
+		c.ep.mu.Unlock()
 		name, args, err := resp.CommandName(frame)
 		if err != nil {
 			c.protocolError(err)

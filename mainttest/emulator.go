@@ -2,6 +2,7 @@ package mainttest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -35,6 +36,13 @@ type Config struct {
 	// answer to its first Times handshakes, then answers like Redis
 	// Enterprise.
 	Handshake Handshake
+
+	// TLS, when set, makes every endpoint serve TLS with this configuration:
+	// each accepted connection is wrapped with tls.Server, and its handshake
+	// runs when the connection is first read. For a certificate per
+	// endpoint, choose it in GetCertificate or GetConfigForClient by
+	// ClientHelloInfo.Conn.LocalAddr(). nil serves plain TCP.
+	TLS *tls.Config
 
 	// Logf, when set, receives one line per logged Event and per internal
 	// problem (backend dial failures, rebind failures). nil is silent. It is

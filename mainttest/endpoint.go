@@ -1,6 +1,7 @@
 package mainttest
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -106,6 +107,12 @@ type Stats struct {
 	// SELECT, READONLY, CLIENT ...).
 	ClosedAtWindowEnd int
 	UnusedAtWindowEnd int
+
+	// Commands counts the commands read from clients, every one
+	// (handshakes included: HELLO, AUTH, CLIENT MAINT_NOTIFICATIONS ...).
+	// Zero means no client sent this endpoint anything but, over TLS, its
+	// TLS handshake.
+	Commands int64
 
 	// Served counts backend replies relayed to clients (intercepted
 	// handshakes, pushes and unsolicited frames are not counted).
@@ -435,6 +442,9 @@ func (ep *Endpoint) acceptLoop(ln net.Listener) {
 				continue
 			}
 			return // listener closed (RefuseNew, StopAccepting or Close)
+		}
+		if cfg := ep.e.cfg.TLS; cfg != nil {
+			nc = tls.Server(nc, cfg)
 		}
 		ep.e.startConn(ep, nc)
 	}
