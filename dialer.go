@@ -100,6 +100,15 @@ func (m *Maint) dialWith(next dialFunc, o dialOpts) dialFunc {
 				if pinned && !time.Now().Before(via.window) && t.pin.CompareAndSwap(via, nil) {
 					continue // past its window, a successor that does not answer is not worth keeping
 				}
+				var verr *tls.CertificateVerificationError
+				if pinned && errors.As(err, &verr) {
+					// The dialer's own TLS handshake refused the successor's
+					// certificate (TLSConfig.ServerName set, or
+					// defaultDialer): the same refusal as verifySuccessor's.
+					t.pin.CompareAndSwap(via, nil)
+					m.warn("successor rejected", "successor", dialAddr, "node", addr, "detail", err.Error())
+					return nil, fmt.Errorf("%w: %s for %s: %w", ErrSuccessorRejected, dialAddr, addr, err)
+				}
 				if pinned {
 					return nil, fmt.Errorf("maint: dial successor %s of %s: %w", dialAddr, addr, err)
 				}
