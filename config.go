@@ -58,8 +58,9 @@ type Config struct {
 	HandshakeRetry time.Duration
 	// FixedAddress declares that the configured address never identifies a
 	// node (a tunnel, a load balancer, a fixed front address): a null-endpoint
-	// MOVING then hands off at the last call, and what connects afterwards is
-	// trusted. false means auto: a host name identifies nodes (DNS moves it), a
+	// MOVING then holds new work from the last call until the window and its
+	// close grace are over, and what connects afterwards is trusted. false
+	// means auto: a host name identifies nodes (DNS moves it), a
 	// literal IP does not unless a MOVING names a successor.
 	FixedAddress bool
 	// AllowSuccessor decides whether connections, and so credentials, may go

@@ -219,3 +219,40 @@ func TestNullEndpointProbeConnections(t *testing.T) {
 		})
 	}
 }
+
+// A null-endpoint MOVING on a client configured with an IP address, whose
+// dials cannot show a replacement (addresses do not identify nodes), and
+// a server that replays the open MOVING to every connection that opts in
+// (as Redis Enterprise does): new work is held from the last call until the
+// window and its close grace are over, then served by whatever the address
+// leads to (here the old node again, which keeps accepting). Nothing fails,
+// every INCR runs once, and no new connection is spent on the moving node
+// past its last call. It once let go at the last call: every new
+// connection read the replayed MOVING and refused its first command, and
+// about 90 commands failed in a 2 s window (with 850 connections dialled).
+func TestNullMovingOnAnIPAddressHoldsUntilTheWindowIsOver(t *testing.T) {
+	for _, r := range routes[:2] {
+		t.Run(r.name, func(t *testing.T) {
+			e := newEnv(t)
+			opt := e.options(8)
+			opt.Addr, opt.Dialer = e.old.Addr(), nil // an IP: go-redis's own dialer
+			rdb, m, ev := e.client(r, opt)
+			if err := rdb.Ping(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			l := startIncr(rdb, 8, "ip:")
+			waitFor(t, "load on the old node", 10*time.Second, func() bool { return e.old.Stats().Served > 200 })
+			e.old.Moving(mainttest.Moving{Window: 2 * time.Second})
+			e.waitEvent(e.old, mainttest.KindWindowEndClose, 12*time.Second)
+			served := e.old.Stats().Served
+			waitFor(t, "load after the window", 10*time.Second, func() bool { return e.old.Stats().Served > served+200 })
+			l.stop()
+			t.Logf("maint %+v\nevents:\n%s", m.Stats(), ev)
+			l.check(t, e.emu.Miniredis(), "ip:")
+			st := m.Stats()
+			assert.NotZero(t, st.Held, "new work held from the last call")
+			assert.Zero(t, st.Doomed, "connections spent on the moving node past its last call")
+			assert.Zero(t, e.old.Stats().OwedAtClose, "replies owed when the old node closed")
+		})
+	}
+}

@@ -19,14 +19,13 @@ import (
 //
 //	            replacement seen
 //	Awaiting ───────────────────────▶ Draining ──window over + grace──▶ Done
-//	   │ last call, addresses             ▲
-//	   │ identify nodes                   │ replacement seen
-//	   ▼                                  │
+//	   │ last call                        ▲
+//	   │                                  │ replacement seen
+//	   ▼                                  │ (addresses identify nodes)
 //	Holding ──────────────────────────────┘
-//	   │ hold budget spent
+//	   │ hold budget spent (addresses identify nodes), or
+//	   │ window over + grace (a fixed address: time tells)
 //	   └──────────────────────────────────────────────────────▶ Done
-//
-//	Awaiting ──last call, fixed address──▶ Draining (time tells)
 //
 // A handoff with a named successor starts in Draining.
 type Phase uint32
@@ -118,8 +117,11 @@ type Params struct {
 	// waiting for DNS to move.
 	HoldBudget time.Duration
 	// Identifying reports whether addresses identify nodes (see package
-	// classify). When they do not, the handoff lets go of the old node at the
-	// last call and trusts whatever connects afterwards.
+	// classify). When they do not, no dial can show a replacement: the
+	// handoff holds new work from the last call until the window is over
+	// and its close grace has passed (a new connection before then most
+	// likely reaches the old node, which may say so by replaying the
+	// MOVING), then lets go of the old node and trusts whatever connects.
 	Identifying bool
 }
 
@@ -232,16 +234,11 @@ func (h *Handoff) tickLocked(now time.Time) Action {
 			return 0
 		}
 		h.retireLocked(now)
-		a = Retire
-		if h.p.Identifying {
-			h.phase = Holding
-			h.holdAt = now
-			a |= Hold
-		} else {
-			h.phase = Draining
-		}
+		h.phase = Holding
+		h.holdAt = now
+		a = Retire | Hold
 	case Holding:
-		if !now.Before(h.Deadline().Add(h.p.HoldBudget)) {
+		if !now.Before(h.holdEnd()) {
 			h.phase = Done
 			a |= Release | Finish
 		}
@@ -274,7 +271,7 @@ func (h *Handoff) NextWake() time.Time {
 	case Awaiting:
 		earliest(h.LastCall())
 	case Holding:
-		earliest(h.Deadline().Add(h.p.HoldBudget))
+		earliest(h.holdEnd())
 	case Draining:
 		if h.capped {
 			earliest(h.Deadline().Add(CloseGrace(h.p.Window)))
@@ -286,6 +283,16 @@ func (h *Handoff) NextWake() time.Time {
 		earliest(h.capAt)
 	}
 	return next
+}
+
+// holdEnd is when a hold ends if no replacement is seen first: the hold
+// budget past the window's end, or, where addresses do not identify nodes
+// (nothing can be seen), the window's end and its close grace.
+func (h *Handoff) holdEnd() time.Time {
+	if !h.p.Identifying {
+		return h.Deadline().Add(CloseGrace(h.p.Window))
+	}
+	return h.Deadline().Add(h.p.HoldBudget)
 }
 
 // retireLocked records the retirement and fixes the drain cap from what is

@@ -88,17 +88,22 @@ func TestNullEndpointHoldBudgetSpent(t *testing.T) {
 	})
 }
 
-func TestFixedAddressHandsOffAtLastCall(t *testing.T) {
+// A fixed address (addresses do not identify nodes) shows no replacement:
+// from the last call new work is held until the window is over and its
+// close grace has passed, when the old node is gone and what connects is
+// the replacement. A new connection before then most likely reaches the old
+// node, which may say so by replaying the MOVING in its handshake.
+func TestFixedAddressHoldsUntilTheWindowAndItsGraceAreOver(t *testing.T) {
 	p := Params{Start: t0, Window: 4 * time.Second, RelaxedTimeout: 10 * time.Second, HoldBudget: 5 * time.Second}
 	h, _ := New(p)
 	if h.Released() {
 		t.Fatal("released before the last call")
 	}
-	if got := h.Tick(at(3000)); got != Retire {
-		t.Fatalf("last call: %v, want retire", got)
+	if got := h.Tick(at(3000)); got != Retire|Hold {
+		t.Fatalf("last call: %v, want retire+hold", got)
 	}
-	if !h.Released() {
-		t.Fatal("a fixed address is released at the last call: what connects afterwards is the replacement")
+	if h.Released() {
+		t.Fatal("released at the last call: a new connection would most likely reach the old node")
 	}
 	if got := h.Tick(at(3900)); got != CloseRemaining {
 		t.Fatalf("cap: %v", got)
@@ -106,8 +111,14 @@ func TestFixedAddressHandsOffAtLastCall(t *testing.T) {
 	if got := h.Tick(at(4000)); got != 0 {
 		t.Fatalf("window end: %v, want none before the close grace", got)
 	}
-	if got := h.Tick(at(4500)); got != Finish {
-		t.Fatalf("window end plus the close grace: %v", got)
+	if got, want := h.NextWake(), at(4500); !got.Equal(want) {
+		t.Fatalf("next wake %v, want the window's end plus the close grace %v, not the hold budget", got, want)
+	}
+	if got := h.Tick(at(4500)); got != Release|Finish {
+		t.Fatalf("window end plus the close grace: %v, want release+finish", got)
+	}
+	if !h.Released() {
+		t.Fatal("not released once the window and its grace are over")
 	}
 }
 
