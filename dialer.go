@@ -105,9 +105,7 @@ func (m *Maint) dialWith(next dialFunc, o dialOpts) dialFunc {
 					// The dialer's own TLS handshake refused the successor's
 					// certificate (TLSConfig.ServerName set, or
 					// defaultDialer): the same refusal as verifySuccessor's.
-					t.pin.CompareAndSwap(via, nil)
-					m.warn("successor rejected", "successor", dialAddr, "node", addr, "detail", err.Error())
-					return nil, fmt.Errorf("%w: %s for %s: %w", ErrSuccessorRejected, dialAddr, addr, err)
+					return nil, m.rejectSuccessor(t, via, dialAddr, addr, err)
 				}
 				if pinned {
 					return nil, fmt.Errorf("maint: dial successor %s of %s: %w", dialAddr, addr, err)
@@ -146,9 +144,7 @@ func (m *Maint) dialWith(next dialFunc, o dialOpts) dialFunc {
 				}
 				if err != nil {
 					_ = raw.Close()
-					t.pin.CompareAndSwap(via, nil)
-					m.warn("successor rejected", "successor", dialAddr, "node", addr, "detail", err.Error())
-					return nil, fmt.Errorf("%w: %s for %s: %w", ErrSuccessorRejected, dialAddr, addr, err)
+					return nil, m.rejectSuccessor(t, via, dialAddr, addr, err)
 				}
 			}
 			if pinned {
@@ -193,6 +189,17 @@ func (m *Maint) dialWith(next dialFunc, o dialOpts) dialFunc {
 			return c, nil
 		}
 	}
+}
+
+// rejectSuccessor drops the pin via, whose successor dialAddr a dial of
+// addr refused for err, and goes on with the handoff as for a null endpoint
+// (successorRefused), once per pin; it returns the dial's error.
+func (m *Maint) rejectSuccessor(t *target, via *pin, dialAddr, addr string, err error) error {
+	if t.pin.CompareAndSwap(via, nil) {
+		m.warn("successor rejected", "successor", dialAddr, "node", addr, "detail", err.Error())
+		m.successorRefused(t, via, err.Error())
+	}
+	return fmt.Errorf("%w: %s for %s: %w", ErrSuccessorRejected, dialAddr, addr, err)
 }
 
 // maxQuickRedials bounds the immediate redials after doomed landings while

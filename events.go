@@ -37,7 +37,9 @@ const (
 	// EventUnsupported: the endpoint refused the opt-in handshake.
 	EventUnsupported
 	// EventSuccessorRefused: a MOVING named a successor that the policy
-	// refused; the MOVING is treated as a null endpoint.
+	// refused, or that a dial refused (its TLS certificate does not prove the
+	// name the client verifies; a name that landed where it must not); the
+	// MOVING is treated as a null endpoint from then on.
 	EventSuccessorRefused
 	// EventMisuse: maint found itself installed in a way that switches part
 	// of it off (logged once; Detail says what).
@@ -202,7 +204,8 @@ type Stats struct {
 	HeldTimeouts  uint64 // held commands whose context ended first
 	Relaxations   uint64 // relaxations started
 	Unsupported   uint64 // endpoints that refused the opt-in handshake
-	// RefusedSuccessors counts MOVING successors refused by the policy.
+	// RefusedSuccessors counts MOVING successors refused by the policy or
+	// by a dial (see EventSuccessorRefused).
 	RefusedSuccessors uint64
 	// PoolRetries counts the further pool turns given to commands that
 	// timed out waiting for a connection while a node was relaxed.

@@ -211,17 +211,25 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 		return
 	}
 	m.ho.seen.add(nt.Seq, n.key, t.addr, window, now)
-	gen := m.ho.gen.Add(1)
+	m.startRunLocked(n, t, nt.Seq, successor, window, "")
+}
 
+// startRunLocked starts the handoff of node n (dialled as target t) for the
+// MOVING seq, superseding the one in progress, if any: its driver, its
+// relaxation, its first actions. The handoffs' and n's locks are held, and
+// released here. why, if set, says why a handoff replaces one of the same
+// MOVING (successorRefused).
+func (m *Maint) startRunLocked(n *node, t *target, seq int64, successor string, window time.Duration, why string) {
+	gen := m.ho.gen.Add(1)
 	start := time.Now()
 	ident := !m.s.fixed && classify.IdentifiesNodes(t.addr, successor != "")
 	h, first := handoff.New(handoff.Params{
-		Gen: gen, Seq: nt.Seq, Node: n.key, Successor: successor,
+		Gen: gen, Seq: seq, Node: n.key, Successor: successor,
 		Start: start, Window: window,
 		RelaxedTimeout: m.s.relaxed, HoldBudget: m.s.holdBudget,
 		Identifying: ident,
 	})
-	r := &run{m: m, n: n, t: t, h: h, gen: gen, seq: nt.Seq,
+	r := &run{m: m, n: n, t: t, h: h, gen: gen, seq: seq,
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), changed: make(chan struct{}),
 		probed:     make(chan bool, 1),
 		relaxBound: h.Deadline().Add(handoff.CloseGrace(window) + m.s.holdBudget)}
@@ -242,13 +250,51 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 		prev.supersede()
 	}
 	m.relaxMoving(t, r.relaxBound)
-	m.c.handoffs.Add(1)
-	m.emit(Event{Kind: EventHandoff, Node: n.key, Seq: nt.Seq, Duration: window, Successor: successor,
-		Detail: fmt.Sprintf("identifying=%v", ident)})
+	detail := fmt.Sprintf("identifying=%v", ident)
+	if why != "" {
+		detail += "; " + why
+	} else {
+		m.c.handoffs.Add(1) // one per MOVING
+	}
+	m.emit(Event{Kind: EventHandoff, Node: n.key, Seq: seq, Duration: window, Successor: successor, Detail: detail})
 	r.apply(first)
 	if !m.goBackground(r.loop) {
 		r.apply(h.Finish())
 	}
+}
+
+// successorRefused goes on with the handoff that pinned via as a handoff
+// with a null endpoint, for what is left of its window, once a dial
+// through the pin refused the successor (its certificate is not for the
+// name the client verifies; a name that landed where it must not): the old
+// node serves until its last call, as for a MOVING that named no
+// successor, rather than every dial meeting a retired node until the
+// window's end. The caller is the dial that dropped the pin, so it runs
+// once per pin.
+func (m *Maint) successorRefused(t *target, via *pin, detail string) {
+	m.c.refusedSuccessors.Add(1)
+	var r *run
+	if runs := m.ho.runs.Load(); runs != nil {
+		for _, x := range *runs {
+			if x.gen == via.gen && x.t == t {
+				r = x
+			}
+		}
+	}
+	if r == nil {
+		m.emit(Event{Kind: EventSuccessorRefused, Node: t.addr, Detail: via.addr + ": " + detail})
+		return // the handoff is over
+	}
+	m.emit(Event{Kind: EventSuccessorRefused, Node: r.n.key, Seq: r.seq, Detail: via.addr + ": " + detail})
+	n := r.n
+	m.ho.mu.Lock()
+	n.mu.Lock()
+	if n.run.Load() != r || r.superseded() || r.h.Phase() == handoff.Done {
+		n.mu.Unlock()
+		m.ho.mu.Unlock()
+		return
+	}
+	m.startRunLocked(n, t, r.seq, "", max(0, time.Until(r.h.Deadline())), "successor "+via.addr+" refused: a null endpoint from now on")
 }
 
 // movingCopy handles a copy of a MOVING already acted on (same sequence id),

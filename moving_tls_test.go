@@ -11,7 +11,6 @@ import (
 	"errors"
 	"math/big"
 	"net"
-	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -267,22 +266,20 @@ func TestMovingOverTLSNeverSendsCredentialsToAnotherName(t *testing.T) {
 	}
 }
 
-// Known defect, not fixed here (set MAINT_TLS_REFUSED_STALL=1 to run): the
-// old node serves until its window's end, and a production client whose
-// named successor is refused should keep using it, as for a null endpoint.
-// maint retires the old node's connections at the MOVING instead, before
-// the successor is dialled and judged, and every dial back to the old node
-// is doomed until the window's end: the client is served almost nothing for
-// the whole window (a handful of commands in 2 s here; with a window longer
-// than PoolTimeout, commands would fail).
+// A refused successor leaves the handoff a null endpoint's: the old node,
+// which serves until its window's end, keeps serving the client until the
+// last call (the refusal drops the pin and the handoff goes on as for a
+// MOVING that named no successor), rather than every dial meeting a node
+// retired at the MOVING for the whole window. The refusal is counted and
+// said (RefusedSuccessors, EventSuccessorRefused).
 func TestMovingOverTLSKeepsServingThroughARefusedSuccessor(t *testing.T) {
-	if os.Getenv("MAINT_TLS_REFUSED_STALL") == "" {
-		t.Skip("known defect: a refused TLS successor stalls the client for the window; set MAINT_TLS_REFUSED_STALL=1 to run")
-	}
 	for _, r := range routes[:2] {
 		t.Run(r.name, func(t *testing.T) {
 			run := refusedSuccessor(t, r, host)
 			assert.Greater(t, run.inWindow, int64(200), "commands served by the old node within the window")
+			assert.NotZero(t, run.m.Stats().RefusedSuccessors, "the refusal counted")
+			_, said := run.ev.first(maint.EventSuccessorRefused)
+			assert.True(t, said, "the refusal said")
 		})
 	}
 }
