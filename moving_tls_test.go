@@ -2,14 +2,9 @@ package maint_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
-	"math/big"
 	"net"
 	"strconv"
 	"sync"
@@ -86,7 +81,8 @@ func newTLSEnv(t *testing.T, successorName string) *tlsEnv {
 // serve makes ep present a fresh certificate for name (and ips), trusted by
 // roots.
 func (te *tlsEnv) serve(ep *mainttest.Endpoint, name string, ips ...string) {
-	cert, ca := selfSignedCert(te.t, name, ips...)
+	cert, ca, err := mainttest.SelfSignedCert(name, ips...)
+	require.NoError(te.t, err)
 	te.roots.AddCert(ca)
 	te.mu.Lock()
 	te.certs[ep.IP()] = &cert
@@ -107,28 +103,6 @@ func (te *tlsEnv) tlsOptions(pool int) *redis.Options {
 		ReadTimeout:  3 * time.Second,
 		WriteTimeout: 3 * time.Second,
 	}
-}
-
-// selfSignedCert returns a self-signed certificate for name, its own CA;
-// ips are added as IP addresses it is valid for.
-func selfSignedCert(t *testing.T, name string, ips ...string) (tls.Certificate, *x509.Certificate) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, BasicConstraintsValid: true,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	for _, ip := range ips {
-		tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(ip))
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	ca, err := x509.ParseCertificate(der)
-	require.NoError(t, err)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: ca}, ca
 }
 
 // A MOVING naming a successor whose certificate is valid for the name the

@@ -2,14 +2,9 @@ package maint
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
-	"math/big"
 	"net"
 	"strings"
 	"testing"
@@ -20,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/maintkit/maint/internal/resp"
+	"github.com/maintkit/maint/mainttest"
 )
 
 func TestSuccessorPolicy(t *testing.T) {
@@ -105,22 +101,15 @@ func successorLandingRefused(t *testing.T, first, landed string) error {
 	return err
 }
 
-// selfSigned returns a TLS server config with a certificate for name.
+// selfSigned returns a TLS server config with a certificate for name, and
+// a pool that trusts it.
 func selfSigned(t *testing.T, name string) (*tls.Config, *x509.CertPool) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, BasicConstraintsValid: true,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	cert, err := x509.ParseCertificate(der)
+	cert, ca, err := mainttest.SelfSignedCert(name)
 	require.NoError(t, err)
 	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}, pool
+	pool.AddCert(ca)
+	return &tls.Config{Certificates: []tls.Certificate{cert}}, pool
 }
 
 // A MOVING sends credentials elsewhere: a TLS successor must prove the
