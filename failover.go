@@ -230,7 +230,8 @@ func failoverDialOpts(m *Maint, tlsOn bool, protocol int) dialOpts {
 // (redis.NewFailoverClient) with a new Maint of the group, and returns the
 // hook to add to that client (rdb.AddHook(h)); or use NewFailoverClient.
 // The data nodes' connections are wrapped and opted in; the sentinels'
-// never are.
+// never are. The hook is an io.Closer (its Maint's Close): close it after
+// its client, or the group keeps its Maint until the group's Close.
 func (g *Group) ConfigureFailover(opt *redis.FailoverOptions) redis.Hook {
 	m := g.failoverMaint()
 	fs := configureFailover(g, m, opt)

@@ -3,6 +3,7 @@ package maint_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -317,10 +318,12 @@ func TestFailoverConfigureAndInstrument(t *testing.T) {
 			s := newFakeSentinel(t, e.old.Addr())
 			g := maint.NewGroup(maint.WithLogf(t.Logf))
 			defer g.Close()
+			maint.SetClusterGone(g, 400*time.Millisecond) // the sweeper runs every 100ms
 			opt := failoverOptions(s, -1)
 			var rdb *redis.Client
+			var h redis.Hook
 			if route == "Configure" {
-				h := g.ConfigureFailover(opt)
+				h = g.ConfigureFailover(opt)
 				rdb = redis.NewFailoverClient(opt)
 				rdb.AddHook(h)
 			} else {
@@ -334,6 +337,13 @@ func TestFailoverConfigureAndInstrument(t *testing.T) {
 				assert.False(t, strings.HasPrefix(c, "client maint_notifications"), "the sentinel got %q", c)
 			}
 			assert.Len(t, g.Maints(), 1)
+			if h != nil {
+				// The group cannot see the client: closing the hook (an
+				// io.Closer), after the client, is what ends its Maint.
+				require.NoError(t, rdb.Close())
+				require.NoError(t, h.(io.Closer).Close())
+				waitFor(t, "the closed hook's Maint forgotten", 10*time.Second, func() bool { return len(g.Maints()) == 0 })
+			}
 		})
 	}
 }

@@ -124,8 +124,10 @@ func (g *Group) add(m *Maint, cli *redis.Client, live *liveHook) bool {
 		g.byCli[cli] = mb
 	}
 	g.mu.Unlock()
-	if cli != nil && live == nil {
-		g.startClosedSweeper() // a client of its own: forgotten once closed
+	if live == nil {
+		// A client of its own, forgotten once closed; or one the group
+		// cannot see (Configure, ConfigureFailover), once its Maint is.
+		g.startClosedSweeper()
 	}
 	return true
 }
@@ -146,9 +148,7 @@ func (g *Group) has(cli *redis.Client) bool {
 func (g *Group) Configure(opt *redis.Options) *Maint {
 	m := g.newMaint()
 	m.Configure(opt)
-	if g.add(m, nil, nil) {
-		g.startClosedSweeper()
-	}
+	g.add(m, nil, nil)
 	return m
 }
 
@@ -477,8 +477,8 @@ func (g *Group) sweepLocked(every time.Duration) {
 	}()
 }
 
-// sweep forgets the Maints the application closed (Configure's, whose
-// clients the group cannot see); it closes and forgets the Maints of ring
+// sweep forgets the Maints the application closed (Configure's and
+// ConfigureFailover's, whose clients the group cannot see); it closes and forgets the Maints of ring
 // shards that ran no command
 // (not even the heartbeat's PING) and held no connection for deadAfter or
 // are closed, of clients of their own with no connection that are closed,
