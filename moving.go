@@ -272,7 +272,6 @@ func (m *Maint) startRunLocked(n *node, t *target, seq int64, successor string, 
 // window's end. The caller is the dial that dropped the pin, so it runs
 // once per pin.
 func (m *Maint) successorRefused(t *target, via *pin, detail string) {
-	m.c.refusedSuccessors.Add(1)
 	var r *run
 	if runs := m.ho.runs.Load(); runs != nil {
 		for _, x := range *runs {
@@ -282,10 +281,10 @@ func (m *Maint) successorRefused(t *target, via *pin, detail string) {
 		}
 	}
 	if r == nil {
-		m.emit(Event{Kind: EventSuccessorRefused, Node: t.addr, Detail: via.addr + ": " + detail})
+		m.refuseSuccessor(t.addr, 0, via.addr, detail)
 		return // the handoff is over
 	}
-	m.emit(Event{Kind: EventSuccessorRefused, Node: r.n.key, Seq: r.seq, Detail: via.addr + ": " + detail})
+	m.refuseSuccessor(r.n.key, r.seq, via.addr, detail)
 	n := r.n
 	m.ho.mu.Lock()
 	n.mu.Lock()

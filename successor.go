@@ -38,29 +38,31 @@ func (m *Maint) successor(c *conn, nt resp.Notification) string {
 	}
 	if m.s.allow != nil {
 		if !m.s.allow(ep) {
-			m.refuseSuccessor(c, nt.Seq, ep, "refused by AllowSuccessor")
+			m.refuseSuccessor(c.n.key, nt.Seq, ep, "refused by AllowSuccessor")
 			return ""
 		}
 	} else if isMetadataAddr(ep) {
-		m.refuseSuccessor(c, nt.Seq, ep, "a cloud metadata endpoint")
+		m.refuseSuccessor(c.n.key, nt.Seq, ep, "a cloud metadata endpoint")
 		return ""
 	} else if isLocalAddr(ep) && !isLocalAddr(c.n.key) {
-		m.refuseSuccessor(c, nt.Seq, ep, "a local address named by a remote node")
+		m.refuseSuccessor(c.n.key, nt.Seq, ep, "a local address named by a remote node")
 		return ""
 	}
 	if c.t.tlsOpaque() {
 		if c.t.warnedOpaque.CompareAndSwap(false, true) {
 			m.warn("the client uses TLS but its connections hide their TLS state (a wrapping Dialer?): successors cannot be verified, so MOVINGs are treated as null", "node", c.t.addr)
 		}
-		m.refuseSuccessor(c, nt.Seq, ep, "TLS state not inspectable")
+		m.refuseSuccessor(c.n.key, nt.Seq, ep, "TLS state not inspectable")
 		return ""
 	}
 	return ep
 }
 
-func (m *Maint) refuseSuccessor(c *conn, seq int64, ep, why string) {
+// refuseSuccessor counts and says the refusal of successor ep, named by
+// node's MOVING seq (0 when the handoff is over), for why.
+func (m *Maint) refuseSuccessor(node string, seq int64, ep, why string) {
 	m.c.refusedSuccessors.Add(1)
-	m.emit(Event{Kind: EventSuccessorRefused, Node: c.n.key, Seq: seq, Detail: ep + ": " + why})
+	m.emit(Event{Kind: EventSuccessorRefused, Node: node, Seq: seq, Detail: ep + ": " + why})
 }
 
 // landing checks where a dial to a successor landed: a successor named by
