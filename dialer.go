@@ -366,6 +366,7 @@ type conn struct {
 	told       atomic.Bool // it read a MOVING of its node itself (onMoving)
 	optInAt    atomic.Uint64
 	optInTime  atomic.Int64 // mono: when the opt-in was written or its reply read
+	optInSent  atomic.Int64 // mono: when the opt-in was written
 	hsLead     *hsState     // the endpoint's opt-in others wait for is this one's (guarded by handshakes.mu)
 
 	closeOnce  sync.Once

@@ -266,6 +266,7 @@ func (c *conn) writeFirst(p []byte, commands int) (int, error) {
 	if err != nil {
 		return n, err
 	}
+	c.optInSent.Store(monoNow())
 	if _, err := c.raw.Write(cmd); err != nil {
 		return n, err
 	}
@@ -398,7 +399,9 @@ func (c *conn) noteHandshakeWrite(p []byte) (movable bool) {
 			return !eqFoldASCII(name, "watch") && !isSubscribing(name)
 		}
 		if eqFoldASCII(name, "client") && eqFoldASCII(arg, "maint_notifications") {
-			c.optInTime.Store(monoNow())
+			now := monoNow()
+			c.optInTime.Store(now)
+			c.optInSent.Store(now)
 			c.optInAt.Store(c.written.Load() + 1) // its reply is the written-th
 		}
 		if next >= len(p) {
@@ -427,17 +430,30 @@ func isSubscribing(name []byte) bool {
 // replayed reports whether a notification read now on c comes right behind
 // the reply to c's opt-in, with no reply between: the server's replay of
 // what is open on the node (a MOVING's window with the whole seconds left),
-// or a notification sent just then, which c cannot tell apart. It is
-// called from the Stripper's callbacks, where its count is current.
+// or a notification sent just then, which c cannot tell apart. Right
+// behind means in the same read as the opt-in's reply (the server writes
+// both at once: however late the client reads them, they arrive
+// together), or within replayWithin of the opt-in. It is called from the
+// Stripper's callbacks, where its count is current; c.replies is still the
+// count before this read (countReplies runs after it).
 func (c *conn) replayed() bool {
 	at := c.optInAt.Load()
-	return at != 0 && c.rd.Replies()+1 == at && monoNow()-c.optInTime.Load() < int64(replayWithin)
+	if at == 0 || c.rd.Replies()+1 != at {
+		return false
+	}
+	return c.replies.Load()+1 < at || monoNow()-c.optInTime.Load() < int64(replayWithin)
 }
 
 // replayWithin bounds how long after its opt-in a connection's first
-// notification counts as a replay: servers replay milliseconds after the
-// opt-in's reply.
+// notification, read apart from the opt-in's reply, counts as a replay:
+// servers replay milliseconds after the opt-in's reply.
 const replayWithin = time.Second
+
+// sinceOptIn is how long ago c wrote its opt-in: the server reckoned a
+// replay's time left no sooner.
+func (c *conn) sinceOptIn() time.Duration {
+	return time.Duration(max(monoNow()-c.optInSent.Load(), 0))
+}
 
 // commandAt returns the first two arguments (the name and the first
 // argument) of the command at p[i:], a RESP array of bulk strings, and the

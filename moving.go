@@ -180,9 +180,13 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 	window := time.Duration(nt.Time) * time.Second
 	if window > 0 && c.replayed() {
 		// Right behind the opt-in's reply: the server's replay of an open
-		// window, whose time left is whole seconds on the wire, rounded.
-		// The window may end up to a second sooner: it is taken to.
-		window -= time.Second
+		// window, whose time left is whole seconds on the wire, rounded,
+		// reckoned when the server read the opt-in. The window may end up
+		// to a second sooner than that, and that was no sooner than the
+		// opt-in was written: it is taken to end a second before the time
+		// says, counted from the opt-in's write, not from this read, which
+		// a client descheduled meanwhile makes late.
+		window = max(window-time.Second-c.sinceOptIn(), 0)
 	}
 	if window > m.s.maxWindow || nt.Time > int64(m.s.maxWindow/time.Second) {
 		m.badInput(c, nt.Seq, fmt.Sprintf("MOVING window of %ds capped to %v", nt.Time, m.s.maxWindow))

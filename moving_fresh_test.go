@@ -1,9 +1,12 @@
 package maint_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -154,4 +157,82 @@ func TestFreshSubscriberPastTheLastCallSubscribes(t *testing.T) {
 			require.NoError(t, ps.Subscribe(context.Background(), "ch"), "events:\n%s", ev)
 		})
 	}
+}
+
+// A replay's time left was reckoned by the server when it read the
+// opt-in, whenever the client reads it: a client descheduled between
+// writing its opt-in and reading the reply (a GC pause, a loaded machine)
+// reads the reply and the replay together, late, and must count the time
+// from its opt-in, not from that read. Here the window has 1.9 s left at
+// the opt-in (time=2 on the wire), the client's first read after it stalls
+// 1.2 s, and the old node takes 1 s to answer a SET: counted from the read
+// (before: the replay, read more than a second after the opt-in, was even
+// taken for a fresh MOVING of 2 s) the last call was still ahead, the SET
+// was written to the old node and cut by the window's close; counted from
+// the opt-in, the window has at most 0.7 s left, the last call is past,
+// and the SET runs on the successor. On both routes: the hook route's
+// opt-in is go-redis's, the options route's maint's.
+func TestReplayReadLateCountsFromTheOptIn(t *testing.T) {
+	for _, r := range routes[:2] {
+		t.Run(r.name, func(t *testing.T) {
+			e := newEnv(t)
+			const (
+				window = 3 * time.Second
+				left   = 1900 * time.Millisecond // at the opt-in: time=2
+				stall  = 1200 * time.Millisecond // more than a replay is looked for apart from the reply
+			)
+			e.old.SetCommandLatency("set", time.Second)
+			start := time.Now()
+			e.old.Moving(mainttest.Moving{Window: window, To: e.new})
+			time.Sleep(time.Until(start.Add(window - left)))
+			opt := e.options(2)
+			var stalled atomic.Int64 // when the stalled read went on (UnixNano)
+			opt.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+				c, err := e.dials.Dial(ctx, network, addr)
+				if err != nil {
+					return nil, err
+				}
+				return &stallAfterOptIn{Conn: c, stall: stall, stalled: &stalled}, nil
+			}
+			ev := &eventLog{}
+			m := maint.New(maint.WithLogf(t.Logf), maint.WithOnEvent(ev.add))
+			rdb := r.install(m, opt)
+			defer func() { _ = rdb.Close(); _ = m.Close() }()
+			err := rdb.Set(context.Background(), "late", 1, 0).Err()
+			require.NotZero(t, stalled.Load(), "no read stalled behind an opt-in: the test tests nothing")
+			require.Less(t, time.Unix(0, stalled.Load()).Sub(start), window-500*time.Millisecond,
+				"the stall ended too near the window's end for a SET written then to be cut: the test tests nothing")
+			_, told := ev.first(maint.EventNotification)
+			require.True(t, told, "the client was not told of the MOVING: the test tests nothing\n%s", ev)
+			require.NoError(t, err, "the first command of a client that read its replay late\n%s", ev)
+			_, doomed := ev.first(maint.EventDoomed)
+			assert.True(t, doomed, "the connection that read the replay late carried the SET\n%s", ev)
+		})
+	}
+}
+
+// stallAfterOptIn is a connection whose first read after a write carrying
+// CLIENT MAINT_NOTIFICATIONS waits stall before it reads, if no connection
+// sharing stalled has yet: the client descheduled while the server's reply
+// and replay wait in its socket.
+type stallAfterOptIn struct {
+	net.Conn
+	stall   time.Duration
+	stalled *atomic.Int64
+	armed   atomic.Bool
+}
+
+func (c *stallAfterOptIn) Write(p []byte) (int, error) {
+	if bytes.Contains(bytes.ToLower(p), []byte("maint_notifications")) {
+		c.armed.Store(true)
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *stallAfterOptIn) Read(p []byte) (int, error) {
+	if c.armed.Swap(false) && c.stalled.CompareAndSwap(0, -1) {
+		time.Sleep(c.stall)
+		c.stalled.Store(time.Now().UnixNano())
+	}
+	return c.Conn.Read(p)
 }
