@@ -187,6 +187,13 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 		// says, counted from the opt-in's write, not from this read, which
 		// a client descheduled meanwhile makes late.
 		window = max(window-time.Second-c.sinceOptIn(), 0)
+	} else if window > 0 {
+		// The server counts the window from when it sent the MOVING; a
+		// client idle meanwhile reads it only now, as late as it was idle.
+		// It is counted from when it arrived (at most, when the socket last
+		// received data), so that the last call still comes before the
+		// server's close.
+		window = max(window-c.arrivedAgo(), 0)
 	}
 	if window > m.s.maxWindow || nt.Time > int64(m.s.maxWindow/time.Second) {
 		m.badInput(c, nt.Seq, fmt.Sprintf("MOVING window of %ds capped to %v", nt.Time, m.s.maxWindow))
