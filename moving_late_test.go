@@ -34,9 +34,7 @@ func TestMovingReadLateByAnIdleClientCountsFromItsArrival(t *testing.T) {
 			e.old.SetCommandLatency("incr", 20*time.Millisecond)
 			ev := &eventLog{}
 			m := maint.New(maint.WithLogf(t.Logf), maint.WithOnEvent(ev.add))
-			opt := e.options(4)
-			opt.Dialer = e.emu.Dialer() // the socket itself under maint, as most clients have
-			rdb := r.install(m, opt)
+			rdb := r.install(m, e.options(4))
 			defer func() { _ = rdb.Close(); _ = m.Close() }()
 			ctx := context.Background()
 			// Four connections open and opted in, then idle in the pool.

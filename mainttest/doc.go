@@ -190,7 +190,9 @@
 // Kind names; WaitEvent lets a test block until an event happened instead
 // of sleeping. A Recorder, set as the client's Dialer over Emulator.Dialer,
 // gives the client's side: where each connection landed, whether it ever
-// carried a byte, and when the client closed it.
+// carried a byte, and when the client closed it. It hands the socket on
+// (SyscallConn), so the client's health checks and socket reads behave as
+// they do without it.
 //
 // Emulator.Close closes every endpoint and connection and stops every
 // goroutine and timer the Emulator started; it is safe to call twice.

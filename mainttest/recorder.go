@@ -5,6 +5,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -50,6 +51,9 @@ func (r *Recorder) Dial(ctx context.Context, network, addr string) (net.Conn, er
 	r.mu.Lock()
 	r.conns = append(r.conns, rc)
 	r.mu.Unlock()
+	if _, ok := c.(syscall.Conn); ok {
+		return recordedSocket{rc}, nil
+	}
 	return rc, nil
 }
 
@@ -100,4 +104,15 @@ func (c *RecordedConn) Closed() time.Time {
 		return time.Unix(0, ns)
 	}
 	return time.Time{}
+}
+
+// recordedSocket is a RecordedConn over a connection with a socket: it
+// hands the socket on (SyscallConn), so that the client's health checks
+// (go-redis's, maint's) look at it under the recorder as they would
+// without it.
+type recordedSocket struct{ *RecordedConn }
+
+// SyscallConn returns the socket's RawConn.
+func (c recordedSocket) SyscallConn() (syscall.RawConn, error) {
+	return c.Conn.(syscall.Conn).SyscallConn()
 }

@@ -2,6 +2,8 @@ package mainttest
 
 import (
 	"context"
+	"net"
+	"syscall"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -31,4 +33,35 @@ func TestRecorder(t *testing.T) {
 	_, err = rec.Dial(context.Background(), "tcp", "127.0.0.1:1")
 	assert.Error(t, err)
 	assert.EqualValues(t, 1, rec.Failed())
+}
+
+// A recorded connection hands on its socket, and only when it has one:
+// go-redis's health check peeks a socket it can reach, and treats a
+// connection with no SyscallConn as one it cannot check.
+func TestRecorderHandsOnTheSocket(t *testing.T) {
+	e, err := New(Config{})
+	require.NoError(t, err)
+	defer e.Close()
+	ep, err := e.AddEndpoint("127.0.0.2:0")
+	require.NoError(t, err)
+	rec := NewRecorder(e.Dialer())
+	c, err := rec.Dial(context.Background(), "tcp", ep.Addr())
+	require.NoError(t, err)
+	defer c.Close()
+	sc, ok := c.(syscall.Conn)
+	require.True(t, ok, "%T hides its socket", c)
+	rc, err := sc.SyscallConn()
+	require.NoError(t, err)
+	var fd uintptr
+	require.NoError(t, rc.Control(func(f uintptr) { fd = f }))
+	assert.NotZero(t, fd)
+
+	server, client := net.Pipe()
+	defer server.Close()
+	piped := NewRecorder(func(context.Context, string, string) (net.Conn, error) { return client, nil })
+	pc, err := piped.Dial(context.Background(), "tcp", "pipe")
+	require.NoError(t, err)
+	_, ok = pc.(syscall.Conn)
+	assert.False(t, ok, "a connection with no socket offers one")
+	assert.Equal(t, 1, len(piped.Conns()))
 }
