@@ -178,6 +178,7 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 		return
 	}
 	window := time.Duration(nt.Time) * time.Second
+	var before time.Duration // the window is counted from this long before now
 	if window > 0 && c.replayed() {
 		// Right behind the opt-in's reply: the server's replay of an open
 		// window, whose time left is whole seconds on the wire, rounded,
@@ -186,14 +187,16 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 		// opt-in was written: it is taken to end a second before the time
 		// says, counted from the opt-in's write, not from this read, which
 		// a client descheduled meanwhile makes late.
-		window = max(window-time.Second-c.sinceOptIn(), 0)
+		before = c.sinceOptIn()
+		window = max(window-time.Second-before, 0)
 	} else if window > 0 {
 		// The server counts the window from when it sent the MOVING; a
 		// client idle meanwhile reads it only now, as late as it was idle.
 		// It is counted from when it arrived (at most, when the socket last
 		// received data), so that the last call still comes before the
 		// server's close.
-		window = max(window-c.arrivedAgo(), 0)
+		before = c.arrivedAgo()
+		window = max(window-before, 0)
 	}
 	if window > m.s.maxWindow || nt.Time > int64(m.s.maxWindow/time.Second) {
 		m.badInput(c, nt.Seq, fmt.Sprintf("MOVING window of %ds capped to %v", nt.Time, m.s.maxWindow))
@@ -222,15 +225,21 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 		return
 	}
 	m.ho.seen.add(nt.Seq, n.key, t.addr, window, now)
-	m.startRunLocked(n, t, nt.Seq, successor, window, "")
+	why := ""
+	if before >= time.Millisecond {
+		why = fmt.Sprintf("counted from %v before it was read", before.Round(time.Millisecond))
+	}
+	m.startRunLocked(n, t, nt.Seq, successor, window, why, true)
 }
 
 // startRunLocked starts the handoff of node n (dialled as target t) for the
 // MOVING seq, superseding the one in progress, if any: its driver, its
 // relaxation, its first actions. The handoffs' and n's locks are held, and
-// released here. why, if set, says why a handoff replaces one of the same
-// MOVING (successorRefused).
-func (m *Maint) startRunLocked(n *node, t *target, seq int64, successor string, window time.Duration, why string) {
+// released here. why, if set, is said in its event: why a handoff
+// replaces one of the same MOVING (successorRefused), or how long before
+// its read the window is counted from; counted is false for a handoff that
+// replaces one of the same MOVING (one handoff is counted per MOVING).
+func (m *Maint) startRunLocked(n *node, t *target, seq int64, successor string, window time.Duration, why string, counted bool) {
 	gen := m.ho.gen.Add(1)
 	start := time.Now()
 	ident := !m.s.fixed && classify.IdentifiesNodes(t.addr, successor != "")
@@ -264,7 +273,8 @@ func (m *Maint) startRunLocked(n *node, t *target, seq int64, successor string, 
 	detail := fmt.Sprintf("identifying=%v", ident)
 	if why != "" {
 		detail += "; " + why
-	} else {
+	}
+	if counted {
 		m.c.handoffs.Add(1) // one per MOVING
 	}
 	m.emit(Event{Kind: EventHandoff, Node: n.key, Seq: seq, Duration: window, Successor: successor, Detail: detail})
@@ -304,7 +314,7 @@ func (m *Maint) successorRefused(t *target, via *pin, detail string) {
 		m.ho.mu.Unlock()
 		return
 	}
-	m.startRunLocked(n, t, r.seq, "", max(0, time.Until(r.h.Deadline())), "successor "+via.addr+" refused: a null endpoint from now on")
+	m.startRunLocked(n, t, r.seq, "", max(0, time.Until(r.h.Deadline())), "successor "+via.addr+" refused: a null endpoint from now on", false)
 }
 
 // movingCopy handles a copy of a MOVING already acted on (same sequence id),

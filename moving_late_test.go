@@ -55,6 +55,10 @@ func TestMovingReadLateByAnIdleClientCountsFromItsArrival(t *testing.T) {
 			time.Sleep(time.Until(start.Add(window + 700*time.Millisecond)))
 			l.stop()
 			l.check(t, e.emu.Miniredis(), "late")
+			h, ok := ev.first(maint.EventHandoff)
+			require.True(t, ok)
+			assert.Less(t, h.Duration, window-idle+500*time.Millisecond, "the handoff's window, counted from the read")
+			assert.Contains(t, h.Detail, "before it was read", "the handoff says it was counted from before its read")
 			assert.Zero(t, e.old.Stats().ClosedAtWindowEnd, "the old node closed the client's connections at the window's end\n%s", ev)
 		})
 	}
