@@ -12,11 +12,8 @@ import (
 )
 
 func TestRecorder(t *testing.T) {
-	e, err := New(Config{})
-	require.NoError(t, err)
-	defer e.Close()
-	ep, err := e.AddEndpoint("127.0.0.2:0")
-	require.NoError(t, err)
+	e := newEmu(t, Config{})
+	ep := addEndpoint(t, e, "127.0.0.2:0")
 	rec := NewRecorder(e.Dialer())
 	rdb := redis.NewClient(&redis.Options{Addr: ep.Addr(), Dialer: rec.Dial, PoolSize: 1})
 	require.NoError(t, rdb.Ping(context.Background()).Err())
@@ -30,7 +27,7 @@ func TestRecorder(t *testing.T) {
 	assert.False(t, c.Closed().Before(c.Dialed))
 	assert.Zero(t, rec.OpenTo(ep.Addr()))
 
-	_, err = rec.Dial(context.Background(), "tcp", "127.0.0.1:1")
+	_, err := rec.Dial(context.Background(), "tcp", "127.0.0.1:1")
 	assert.Error(t, err)
 	assert.EqualValues(t, 1, rec.Failed())
 }
@@ -39,11 +36,8 @@ func TestRecorder(t *testing.T) {
 // go-redis's health check peeks a socket it can reach, and treats a
 // connection with no SyscallConn as one it cannot check.
 func TestRecorderHandsOnTheSocket(t *testing.T) {
-	e, err := New(Config{})
-	require.NoError(t, err)
-	defer e.Close()
-	ep, err := e.AddEndpoint("127.0.0.2:0")
-	require.NoError(t, err)
+	e := newEmu(t, Config{})
+	ep := addEndpoint(t, e, "127.0.0.2:0")
 	rec := NewRecorder(e.Dialer())
 	c, err := rec.Dial(context.Background(), "tcp", ep.Addr())
 	require.NoError(t, err)
