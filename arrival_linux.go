@@ -15,7 +15,8 @@ import (
 // TCP_INFO time since data last arrived, in milliseconds. The bytes c has
 // just read arrived no later, so a notification among them is at least
 // this old; a client idle since it came reads it only now (onMoving).
-// One system call, made only when a MOVING is read.
+// One system call, made only for the MOVING that starts a handoff
+// (countedBack).
 func (c *conn) arrivedAgo() time.Duration {
 	sc, ok := socketOf(c.raw)
 	if !ok {
