@@ -16,7 +16,7 @@ type HandoffReport struct {
 	Node      string        // the node handed off
 	Seq       int64         // the MOVING's sequence id
 	Successor string        // the address the MOVING named; "" for a null endpoint
-	Window    time.Duration // the MOVING's window, as capped
+	Window    time.Duration // the MOVING's window, as capped, less how long before its read it arrived (see EventHandoff)
 
 	// MovingAt is when the MOVING was read.
 	MovingAt time.Time
