@@ -15,8 +15,7 @@ import (
 // TCP_INFO time since data last arrived, in milliseconds. The bytes c has
 // just read arrived no later, so a notification among them is at least
 // this old; a client idle since it came reads it only now (onMoving).
-// One system call, made only for the MOVING that starts a handoff
-// (countedBack).
+// One system call, made only when a MOVING is read.
 func (c *conn) arrivedAgo() time.Duration {
 	sc, ok := socketOf(c.raw)
 	if !ok {

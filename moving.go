@@ -178,8 +178,27 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 		return
 	}
 	window := time.Duration(nt.Time) * time.Second
-	capped := nt.Time > int64(m.s.maxWindow/time.Second)
-	if capped {
+	var before time.Duration // the window is counted from this long before now
+	if window > 0 && c.replayed() {
+		// Right behind the opt-in's reply: the server's replay of an open
+		// window, whose time left is whole seconds on the wire, rounded,
+		// reckoned when the server read the opt-in. The window may end up
+		// to a second sooner than that, and that was no sooner than the
+		// opt-in was written: it is taken to end a second before the time
+		// says, counted from the opt-in's write, not from this read, which
+		// a client descheduled meanwhile makes late.
+		before = c.sinceOptIn()
+		window = max(window-time.Second-before, 0)
+	} else if window > 0 {
+		// The server counts the window from when it sent the MOVING; a
+		// client idle meanwhile reads it only now, as late as it was idle.
+		// It is counted from when it arrived (at most, when the socket last
+		// received data), so that the last call still comes before the
+		// server's close.
+		before = c.arrivedAgo()
+		window = max(window-before, 0)
+	}
+	if window > m.s.maxWindow || nt.Time > int64(m.s.maxWindow/time.Second) {
 		m.badInput(c, nt.Seq, fmt.Sprintf("MOVING window of %ds capped to %v", nt.Time, m.s.maxWindow))
 		window = m.s.maxWindow
 	}
@@ -205,45 +224,12 @@ func (m *Maint) onMoving(c *conn, nt resp.Notification) {
 		cur.adopt(c)
 		return
 	}
-	why := ""
-	if !capped {
-		var before time.Duration
-		window, before = c.countedBack(window)
-		if before >= time.Millisecond {
-			why = fmt.Sprintf("counted from %v before it was read", before.Round(time.Millisecond))
-		}
-	}
 	m.ho.seen.add(nt.Seq, n.key, t.addr, window, now)
-	m.startRunLocked(n, t, nt.Seq, successor, window, why, true)
-}
-
-// countedBack returns what is left of a MOVING's window, just read on c,
-// and how long before now it was counted from. It asks the socket (a
-// system call), so it runs only for the MOVING that starts a handoff, not
-// for every copy.
-func (c *conn) countedBack(window time.Duration) (left, before time.Duration) {
-	switch {
-	case window <= 0:
-		return window, 0
-	case c.replayed():
-		// Right behind the opt-in's reply: the server's replay of an open
-		// window, whose time left is whole seconds on the wire, rounded,
-		// reckoned when the server read the opt-in. The window may end up
-		// to a second sooner than that, and that was no sooner than the
-		// opt-in was written: it is taken to end a second before the time
-		// says, counted from the opt-in's write, not from this read, which
-		// a client descheduled meanwhile makes late.
-		before = c.sinceOptIn()
-		return max(window-time.Second-before, 0), before
-	default:
-		// The server counts the window from when it sent the MOVING; a
-		// client idle meanwhile reads it only now, as late as it was idle.
-		// It is counted from when it arrived (at most, when the socket last
-		// received data), so that the last call still comes before the
-		// server's close.
-		before = c.arrivedAgo()
-		return max(window-before, 0), before
+	why := ""
+	if before >= time.Millisecond {
+		why = fmt.Sprintf("counted from %v before it was read", before.Round(time.Millisecond))
 	}
+	m.startRunLocked(n, t, nt.Seq, successor, window, why, true)
 }
 
 // startRunLocked starts the handoff of node n (dialled as target t) for the

@@ -2,13 +2,9 @@ package maint
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net"
-	"runtime"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -62,52 +58,6 @@ func TestAbsurdWindowIsCapped(t *testing.T) {
 	r := c.n.run.Load()
 	require.NotNil(t, r)
 	assert.Equal(t, 3*time.Second, r.h.Params().Window)
-}
-
-// socketConn is a fakeConn that offers a socket (syscall.Conn) and counts
-// how often it is asked for it.
-type socketConn struct {
-	fakeConn
-	asked atomic.Int32
-}
-
-func (s *socketConn) SyscallConn() (syscall.RawConn, error) {
-	s.asked.Add(1)
-	return nil, errors.New("no socket here")
-}
-
-// Only the MOVING that starts a handoff asks its socket when it arrived: the
-// copies read on the node's other connections ask nothing (a pool of 1000
-// connections would otherwise make 1000 system calls per MOVING), and a
-// capped window is not counted back at all.
-func TestOnlyTheMovingThatStartsAHandoffAsksItsSocket(t *testing.T) {
-	m := New(WithLogf(t.Logf), WithConfig(Config{MaxWindow: 3 * time.Second, Logf: t.Logf}))
-	defer m.Close()
-	tg := m.target("redis.test:6379")
-	const old = "10.0.0.1:6379"
-	var conns []*socketConn
-	for range 10 {
-		raw := &socketConn{fakeConn: fakeConn{remote: old}}
-		conns = append(conns, raw)
-		c := m.wrap(tg, raw, old)
-		c.onNotification(resp.AppendMoving(nil, 7, 2, "", true))
-	}
-	asked := 0
-	for _, raw := range conns {
-		asked += int(raw.asked.Load())
-	}
-	want := 0
-	if runtime.GOOS == "linux" {
-		want = 1 // arrival_linux.go
-	}
-	assert.Equal(t, want, asked, "socket lookups for one MOVING read on 10 connections")
-
-	capped := &socketConn{fakeConn: fakeConn{remote: "10.0.0.2:6379"}}
-	c := m.wrap(m.target("other.test:6379"), capped, capped.remote)
-	c.onNotification(resp.AppendMoving(nil, 8, 1<<20, "", true))
-	require.NotNil(t, c.n.run.Load())
-	assert.Equal(t, 3*time.Second, c.n.run.Load().h.Params().Window)
-	assert.Zero(t, capped.asked.Load(), "a capped window is not counted back")
 }
 
 // A negative MOVING window is malformed: counted, logged, ignored.
