@@ -142,9 +142,9 @@ type Event struct {
 	// EventNotification and EventReplayed, and of the push that started
 	// the relaxation for EventRelaxOn.
 	Name string
-	// Duration is the MOVING's window (EventHandoff), the longest wait of a
-	// held command (EventHeld), or the handoff's total duration
-	// (EventHandoffReport).
+	// Duration is the MOVING's window as counted (EventHandoff, see
+	// HandoffReport.Window), the longest wait of a held command
+	// (EventHeld), or the handoff's total duration (EventHandoffReport).
 	Duration time.Duration
 	// Successor is the address a MOVING named (EventHandoff, "" for a null
 	// endpoint) or where a replacement was found (EventReplacement).

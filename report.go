@@ -13,10 +13,14 @@ import (
 // by the EventHandoffReport event (Event.Report), emitted once per handoff,
 // and logged at Info.
 type HandoffReport struct {
-	Node      string        // the node handed off
-	Seq       int64         // the MOVING's sequence id
-	Successor string        // the address the MOVING named; "" for a null endpoint
-	Window    time.Duration // the MOVING's window, as capped, less how long before its read it arrived (see EventHandoff)
+	Node      string // the node handed off
+	Seq       int64  // the MOVING's sequence id
+	Successor string // the address the MOVING named; "" for a null endpoint
+	// Window is the MOVING's window as maint counts it: capped, and counted
+	// from when the push arrived on Linux, from its read elsewhere (a replay
+	// of an open window: from the opt-in's write, and a second shorter); the
+	// EventHandoff's Detail says how far back.
+	Window time.Duration
 
 	// MovingAt is when the MOVING was read.
 	MovingAt time.Time
