@@ -535,7 +535,7 @@ func (c *conn) Write(p []byte) (int, error) {
 	// command (and leaves the connection open) or is seen here, and the
 	// command stays off the wire (see closeIfClosable).
 	if s := c.state.Load(); s >= stateClosed && c.closedUnder() {
-		return 0, c.notWritten(c.ioErr(net.ErrClosed, nil))
+		return 0, c.refused(k)
 	}
 	if !c.m.mis.checked() {
 		c.m.noteUnchecked(c)
@@ -614,15 +614,32 @@ func (c *conn) closeIfClosable(why error, keepUnused bool) (closed, owed, blocki
 		c.state.CompareAndSwap(stateClosing, s)
 		return false, false, false
 	}
-	if !c.closable() {
+	n := c.owed() // once: a Write counted since is refused, see refused
+	if !c.closableOwing(n) {
 		b := c.lastBlocking.Load()
 		c.state.CompareAndSwap(stateClosing, s) // unless go-redis closed it meanwhile
 		return false, true, b
 	}
-	if c.owed() == 0 {
+	if n == 0 {
 		c.idleClosed.Store(true)
 	}
 	return c.closeWith(why), false, false
+}
+
+// refused is the error of a Write kept off the wire because the connection
+// closed as it was counted (k commands): errNotWritten when maint closed it
+// (closeWith) and nothing else is owed, for then no byte of the command, and no command before it,
+// reached the server, whatever the close decided. The close may have read
+// what was owed after this Write counted its commands, and taken them for
+// owed replies; the Write knows better. With other replies owed, an earlier
+// part of the same batch may be on the wire, and the error says only why
+// the connection closed.
+func (c *conn) refused(k int) error {
+	err := c.ioErr(net.ErrClosed, nil)
+	if owed := c.owed(); c.closeErr.Load() != nil && owed >= 0 && owed <= int64(k) {
+		return fmt.Errorf("%w (%w)", errNotWritten, err)
+	}
+	return c.notWritten(err)
 }
 
 // notWritten marks err, a write-side error (a write, or the write deadline
@@ -724,14 +741,11 @@ func (c *conn) refusesFirstUse(k int) bool {
 // maint: it retries the command on a new connection, or returns the error.
 // Which commands block does not matter here, so maint keeps no table of them
 // for this decision.
-func (c *conn) closable() bool {
-	return c.sub.Load() || c.owed() == 0
-}
+func (c *conn) closable() bool { return c.closableOwing(c.owed()) }
 
-// owesOneBlocking reports whether what the connection owes is one blocking
-// command, which has not run to completion (failover_close.go closes such a
-// connection at go-redis's request: go-redis runs the command again).
-func (c *conn) owesOneBlocking() bool { return c.owed() == 1 && c.lastBlocking.Load() }
+// closableOwing is closable for a connection that owes owed replies, read
+// once by a close decision.
+func (c *conn) closableOwing(owed int64) bool { return c.sub.Load() || owed == 0 }
 
 // Close closes the connection and forgets it.
 func (c *conn) Close() error {

@@ -149,9 +149,10 @@ func (f *failoverConn) notWritten(err error) error {
 }
 
 // Close closes the connection now if it owes no reply (or what it owes is
-// unknown, or one blocking command, which has not run to completion: see
-// owesOneBlocking), or if a read failed on it (go-redis gave up on it: a
-// timeout); otherwise when the replies are read, or at failoverCloseCap.
+// unknown, or is one blocking command's, which has not run to completion:
+// go-redis runs it again), or if a read failed on it (go-redis gave up on
+// it: a timeout); otherwise when the replies are read, or at
+// failoverCloseCap.
 func (f *failoverConn) Close() error {
 	if f.closeIfIdle() {
 		return nil
@@ -164,8 +165,10 @@ func (f *failoverConn) Close() error {
 		return nil
 	}
 	f.timer.Store(time.AfterFunc(failoverCloseCap, f.shut))
-	// The reply may have been read between the check and the flag.
-	if f.conn.owed() == 0 {
+	// The reply may have been read between the check and the flag, and the
+	// connection handed to a command since (initConn): decided as above,
+	// against that command's Write.
+	if f.closeIfIdle() {
 		f.shut()
 	}
 	return nil
@@ -188,8 +191,9 @@ func (f *failoverConn) closeIfIdle() bool {
 		if !c.state.CompareAndSwap(s, stateClosing) {
 			continue
 		}
-		ok := c.closable() || c.owesOneBlocking()
-		if owed := c.owed(); ok || owed < 0 || f.readFailed.Load() {
+		owed := c.owed() // once: a Write counted since is refused (conn.refused)
+		ok := c.closableOwing(owed) || owed == 1 && c.lastBlocking.Load()
+		if ok || owed < 0 || f.readFailed.Load() {
 			if owed == 0 {
 				f.closedClean.Store(true)
 			}

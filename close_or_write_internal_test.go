@@ -1,0 +1,106 @@
+package maint
+
+import (
+	"bytes"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A close that maint decides (at go-redis's request on a failover
+// connection, or at the drain cap on a retired one) and a command's Write
+// racing it on an idle connection agree on what happened: either the Write
+// was counted first, the close is put off, and the command is on the wire;
+// or the close came first, nothing of the command left, and its error says
+// so (errNotWritten), so that it runs again. A command that fails with
+// another error here is one that go-redis fails (MaxRetries -1) though it
+// never reached the server.
+func TestCloseAndWriteAgreeOnWhatWasWritten(t *testing.T) {
+	ping := []byte("*1\r\n$4\r\nPING\r\n")
+	rounds := 20000
+	if testing.Short() {
+		rounds = 2000
+	}
+	for _, tc := range []struct {
+		name     string
+		failover bool
+	}{
+		{"go-redis's close of a failover connection", true},
+		{"the drain cap's close of a retired connection", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := New()
+			defer m.Close()
+			var refused, written int
+			for i := 0; i < rounds; i++ {
+				raw := &closeFlagConn{fakeConn: &fakeConn{r: bytes.NewReader(nil), remote: "127.0.0.2:6379"}}
+				c := m.wrap(m.target(failoverTarget), raw, raw.remote)
+				c.carried.Store(true) // past its handshake: the command is the application's
+				f := &failoverConn{conn: c}
+				var w net.Conn = f
+				if !tc.failover {
+					require.True(t, c.retire(true))
+					w = c
+				}
+				// Both sides wait for one start, then spin a varying while,
+				// so that the race's every interleaving comes up.
+				var start, ready atomic.Bool
+				var wg sync.WaitGroup
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ready.Store(true)
+					for !start.Load() {
+					}
+					spin(i % 97)
+					if tc.failover {
+						_ = f.Close()
+					} else {
+						c.closeIfClosable(ErrDrainCap, false)
+					}
+				}()
+				for !ready.Load() {
+					runtime.Gosched()
+				}
+				start.Store(true)
+				spin(i % 89)
+				n, err := w.Write(ping)
+				wg.Wait()
+				raw.mu.Lock()
+				onWire := raw.w.Len()
+				raw.mu.Unlock()
+				switch {
+				case err == nil:
+					written++
+					require.Equal(t, len(ping), n)
+					require.Equal(t, len(ping), onWire)
+					require.False(t, closedRaw(raw), "round %d: a command on the wire of a connection closed under it", i)
+				default:
+					refused++
+					require.Zero(t, n)
+					require.Zero(t, onWire, "round %d: bytes on the wire of a refused command", i)
+					require.ErrorIs(t, err, errNotWritten, "round %d: a command kept off the wire must say it was not written", i)
+				}
+				if f.closeWanted.Load() {
+					f.shut()
+				}
+			}
+			t.Logf("%d rounds: %d written first, %d refused", rounds, written, refused)
+		})
+	}
+}
+
+// spin busies the goroutine for about n short steps.
+func spin(n int) {
+	x := 0
+	for i := 0; i < n*8; i++ {
+		x += i
+	}
+	sink.Add(int64(x))
+}
+
+var sink atomic.Int64
