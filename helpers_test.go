@@ -1614,3 +1614,16 @@ func (ce *clusterEnv) settle(n uint64, mapsBefore int64) {
 		return st.SMigrated+st.Stale+st.Unapplied >= n && (st.Served > 0 || ce.slotMaps() > mapsBefore)
 	})
 }
+
+// all returns the events of kind k.
+func (l *eventLog) all(k maint.EventKind) []maint.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []maint.Event
+	for _, e := range l.evs {
+		if e.Kind == k {
+			out = append(out, e)
+		}
+	}
+	return out
+}

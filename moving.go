@@ -431,12 +431,16 @@ func (r *run) apply(act handoff.Action) {
 		// wait in the dial path instead.
 		n := m.retire(r.n, m.refuses(act.Has(handoff.Hold)))
 		r.tally.retired += n
+		unpinned := r.dropPinHere()
 		if !act.Has(handoff.Hold) {
 			r.tally.replaced(time.Now()) // retired without a hold: a replacement can be had
 		}
 		_, capAt := r.h.Retired()
-		m.emit(Event{Kind: EventRetire, Node: r.n.key, Seq: r.seq, Count: n,
-			Detail: fmt.Sprintf("drain cap in %v", time.Until(capAt).Round(time.Millisecond))})
+		detail := fmt.Sprintf("drain cap in %v", time.Until(capAt).Round(time.Millisecond))
+		if unpinned {
+			detail += "; the successor pin to it dropped"
+		}
+		m.emit(Event{Kind: EventRetire, Node: r.n.key, Seq: r.seq, Count: n, Detail: detail})
 	}
 	if act.Has(handoff.Hold) {
 		h := &hold{node: r.n.key, released: make(chan struct{}), until: r.h.Deadline().Add(m.s.holdBudget)}
@@ -896,6 +900,22 @@ func sameSuccessor(p *pin, remote string) bool {
 	}
 	l := p.landed.Load()
 	return l != nil && classify.SameAddr(remote, *l)
+}
+
+// dropPinHere drops an earlier handoff's successor pin that leads to this
+// handoff's node, now that it is retired: kept, it would route every new
+// connection to a node the server is about to close (once the hold ends,
+// at once for a zero window, the handoff ends with it and no judge calls
+// such a landing doomed). Until the retirement the pin is kept (see
+// startRunLocked). The configured address takes over, as it does when a
+// landing through the pin is doomed (dialVia). It reports whether it
+// dropped one.
+func (r *run) dropPinHere() bool {
+	p := r.t.pin.Load()
+	if p == nil || p.gen == r.gen || !sameSuccessor(p, r.n.key) {
+		return false
+	}
+	return r.t.pin.CompareAndSwap(p, nil)
 }
 
 // superseded reports whether a later MOVING replaced this handoff.

@@ -2,7 +2,9 @@ package maint_test
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -546,4 +548,53 @@ func TestHeldConnectionsFinishTheirWork(t *testing.T) {
 	v, err := rdb.Get(ctx, "k").Int()
 	require.NoError(t, err)
 	assert.Equal(t, 2, v)
+}
+
+// A MOVING that named a successor pins the target to it past its window
+// (while DNS may still lead back). When that successor moves in turn, with
+// a null endpoint and a zero window, the pin leads to a node that the
+// server closes at once: from its retirement on no new connection goes
+// there, before or after the handoff ends. (It used to be kept: the hold
+// ended as soon as DNS moved, the handoff with it, and every connection the
+// released commands dialled went through the pin to the retiring node,
+// wrote its first command there and lost its reply at the server's close;
+// with retries an INCR ran twice: the soak, seed 1, under load.)
+func TestPinToAMovingNodeIsDroppedAtItsRetirement(t *testing.T) {
+	var e *env
+	var third *mainttest.Endpoint
+	for i := 0; i < 10 && third == nil; i++ {
+		e = newEnv(t)
+		third, _ = e.emu.AddEndpoint("127.0.0.4:" + e.old.Port())
+	}
+	require.NotNil(t, third, "a third endpoint on the same port")
+	rdb, _, ev := e.client(routes[0], e.options(8))
+	ctx := context.Background()
+	require.NoError(t, rdb.Ping(ctx).Err())
+
+	e.old.Moving(mainttest.Moving{Window: time.Second, To: e.new, StopAccepting: true})
+	pingUntilRetired(t, rdb, ev)
+	e.waitEvent(e.old, mainttest.KindWindowEndClose, 10*time.Second)
+	e.emu.DNS().Set(host, e.new.IP()) // DNS follows; the pin to "new" stays
+	require.NoError(t, rdb.Ping(ctx).Err())
+
+	before := len(ev.all(maint.EventHandoffDone))
+	e.new.Moving(mainttest.Moving{Window: 0, To: third, Null: true, CloseJitter: time.Second,
+		DNSHost: host, DNSLag: 200 * time.Millisecond})
+	waitFor(t, "the zero-window handoff to end", 10*time.Second, func() bool {
+		_ = rdb.Ping(ctx).Err() // reads the MOVING, then waits in the hold
+		return len(ev.all(maint.EventHandoffDone)) > before
+	})
+	opened := e.new.Stats().Opened
+	// New connections now: every one of the pool's is retired.
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			assert.NoError(t, rdb.Incr(ctx, fmt.Sprintf("pin:%d", i)).Err())
+		}(i)
+	}
+	wg.Wait()
+	assert.Equal(t, opened, e.new.Stats().Opened, "connections opened to the moving node after its handoff; events:\n%s", ev)
+	assert.Positive(t, third.Stats().Served, "the commands ran on the node DNS names")
 }
