@@ -628,12 +628,12 @@ func (c *conn) closeIfClosable(why error, keepUnused bool) (closed, owed, blocki
 
 // refused is the error of a Write kept off the wire because the connection
 // closed as it was counted (k commands): errNotWritten when maint closed it
-// (closeWith) and nothing else is owed, for then no byte of the command, and no command before it,
-// reached the server, whatever the close decided. The close may have read
-// what was owed after this Write counted its commands, and taken them for
-// owed replies; the Write knows better. With other replies owed, an earlier
-// part of the same batch may be on the wire, and the error says only why
-// the connection closed.
+// (closeWith) and nothing else is owed, for then no byte of the command,
+// and no command before it, reached the server, whatever the close decided.
+// The close may have read what was owed after this Write counted its
+// commands, and taken them for owed replies; the Write knows better. With
+// other replies owed, an earlier part of the same batch may be on the wire,
+// and the error says only why the connection closed.
 func (c *conn) refused(k int) error {
 	err := c.ioErr(net.ErrClosed, nil)
 	if owed := c.owed(); c.closeErr.Load() != nil && owed >= 0 && owed <= int64(k) {
