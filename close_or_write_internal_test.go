@@ -54,7 +54,10 @@ func TestCloseAndWriteAgreeOnWhatWasWritten(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					ready.Store(true)
-					for !start.Load() {
+					for i := 0; !start.Load(); i++ {
+						if i > 100000 {
+							runtime.Gosched() // descheduled meanwhile: let the other side run
+						}
 					}
 					spin(i % 97)
 					if tc.failover {
@@ -67,7 +70,7 @@ func TestCloseAndWriteAgreeOnWhatWasWritten(t *testing.T) {
 					runtime.Gosched()
 				}
 				start.Store(true)
-				spin(i % 89)
+				spin(i * 7 % 401)
 				n, err := w.Write(ping)
 				wg.Wait()
 				raw.mu.Lock()
