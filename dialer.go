@@ -615,7 +615,7 @@ func (c *conn) closeIfClosable(why error, keepUnused bool) (closed, owed, blocki
 		return false, false, false
 	}
 	n := c.owed() // once: a Write counted since is refused, see refused
-	if !c.closableOwing(n) {
+	if !c.closable(n) {
 		b := c.lastBlocking.Load()
 		c.state.CompareAndSwap(stateClosing, s) // unless go-redis closed it meanwhile
 		return false, true, b
@@ -730,7 +730,8 @@ func (c *conn) refusesFirstUse(k int) bool {
 	return true
 }
 
-// closable reports whether maint may close the connection: it owes nothing
+// closable reports whether maint may close the connection, which owes owed
+// replies (read once by the close decision): it owes nothing
 // (idle), or it is a subscriber, which owes no reply. A connection that owes
 // a reply is never closed by maint, whatever the command: an ordinary one's
 // reply comes (closing would make go-redis run it twice), and a blocking one
@@ -741,11 +742,7 @@ func (c *conn) refusesFirstUse(k int) bool {
 // maint: it retries the command on a new connection, or returns the error.
 // Which commands block does not matter here, so maint keeps no table of them
 // for this decision.
-func (c *conn) closable() bool { return c.closableOwing(c.owed()) }
-
-// closableOwing is closable for a connection that owes owed replies, read
-// once by a close decision.
-func (c *conn) closableOwing(owed int64) bool { return c.sub.Load() || owed == 0 }
+func (c *conn) closable(owed int64) bool { return c.sub.Load() || owed == 0 }
 
 // Close closes the connection and forgets it.
 func (c *conn) Close() error {

@@ -192,7 +192,7 @@ func (f *failoverConn) closeIfIdle() bool {
 			continue
 		}
 		owed := c.owed() // once: a Write counted since is refused (conn.refused)
-		ok := c.closableOwing(owed) || owed == 1 && c.lastBlocking.Load()
+		ok := c.closable(owed) || owed == 1 && c.lastBlocking.Load()
 		if ok || owed < 0 || f.readFailed.Load() {
 			if owed == 0 {
 				f.closedClean.Store(true)

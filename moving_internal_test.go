@@ -386,7 +386,7 @@ func TestClosableAtTheCap(t *testing.T) {
 				_, err := c.Write([]byte(tc.write))
 				require.NoError(t, err)
 			}
-			assert.Equal(t, tc.ok, c.closable())
+			assert.Equal(t, tc.ok, c.closable(c.owed()))
 			_ = c.Close()
 		})
 	}
