@@ -598,3 +598,79 @@ func TestPinToAMovingNodeIsDroppedAtItsRetirement(t *testing.T) {
 	assert.Equal(t, opened, e.new.Stats().Opened, "connections opened to the moving node after its handoff; events:\n%s", ev)
 	assert.Positive(t, third.Stats().Served, "the commands ran on the node DNS names")
 }
+
+// A zero-window MOVING's handoff sees its replacement at once, but the
+// server closes the old node's connections later (Redis Enterprise: seconds
+// past a window's end). Until then a new connection that lands on the old
+// node by another route (here DNS naming both nodes, dialled in turn) must
+// carry no command: the close would cut it under its first one.
+// carry no command: the close would cut it under its first one.
+func TestLandingOnTheOldNodeBeforeItsLateCloseCarriesNoCommand(t *testing.T) {
+	e := newEnv(t)
+	const workers = 32
+	rdb, _, ev := e.client(routes[0], e.options(workers))
+	ctx := context.Background()
+	require.NoError(t, rdb.Ping(ctx).Err())
+
+	dns := e.emu.DNS()
+	dns.SetRoundRobin(true)
+	e.old.Moving(mainttest.Moving{Window: 0, To: e.new, Null: true, CloseJitter: 800 * time.Millisecond})
+	dns.Set(host, e.new.IP(), e.old.IP()) // both named: dials alternate
+	waitFor(t, "a replacement", 5*time.Second, func() bool {
+		_ = rdb.Ping(ctx).Err() // reads the MOVING
+		_, ok := ev.first(maint.EventReplacement)
+		return ok
+	})
+	served := e.old.Stats().Served
+
+	// The load grows through the time to the close: a worker joins every
+	// 25ms, and each new one makes the pool dial.
+	stop := make(chan struct{})
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		e.waitEvent(e.old, mainttest.KindWindowEndClose, 10*time.Second)
+	}()
+	var ran atomic.Int64
+	var wg sync.WaitGroup
+	tick := time.NewTicker(25 * time.Millisecond)
+	defer tick.Stop()
+	for i := 0; i < workers; i++ {
+		select {
+		case <-closed:
+		case <-tick.C:
+		}
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			for j := 0; ; j++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := rdb.Incr(ctx, fmt.Sprintf("late:%d", i)).Err(); err != nil {
+					t.Errorf("INCR: %v", err)
+					return
+				}
+				ran.Add(1)
+			}
+		}(i)
+	}
+	<-closed
+	close(stop)
+	wg.Wait()
+
+	assert.Equal(t, served, e.old.Stats().Served,
+		"commands served on the old node between its handoff and its close; events:\n%s", ev)
+	assert.Zero(t, e.old.Stats().OwedAtClose, "replies cut by the close")
+	var sum int64
+	for i := 0; i < workers; i++ {
+		n, err := rdb.Get(ctx, fmt.Sprintf("late:%d", i)).Int64()
+		if err == nil {
+			sum += n
+		}
+	}
+	assert.Equal(t, ran.Load(), sum, "every INCR ran once")
+	assert.Positive(t, ran.Load())
+}

@@ -19,7 +19,8 @@ import (
 //
 //	            replacement seen
 //	Awaiting ───────────────────────▶ Draining ──window over + grace──▶ Done
-//	   │ last call                        ▲
+//	   │ last call                        ▲      (+ late close where addresses
+//	   │                                  │       identify nodes)
 //	   │                                  │ replacement seen
 //	   ▼                                  │ (addresses identify nodes)
 //	Holding ──────────────────────────────┘
@@ -249,7 +250,7 @@ func (h *Handoff) tickLocked(now time.Time) Action {
 		h.capped = true
 		a |= CloseRemaining
 	}
-	if h.phase == Draining && h.capped && !now.Before(h.Deadline().Add(CloseGrace(h.p.Window))) {
+	if h.phase == Draining && h.capped && !now.Before(h.drainEnd()) {
 		h.phase = Done
 		a |= Finish
 	}
@@ -274,7 +275,7 @@ func (h *Handoff) NextWake() time.Time {
 		earliest(h.holdEnd())
 	case Draining:
 		if h.capped {
-			earliest(h.Deadline().Add(CloseGrace(h.p.Window)))
+			earliest(h.drainEnd())
 		}
 	case Done:
 		return time.Time{}
@@ -293,6 +294,20 @@ func (h *Handoff) holdEnd() time.Time {
 		return h.Deadline().Add(CloseGrace(h.p.Window))
 	}
 	return h.Deadline().Add(h.p.HoldBudget)
+}
+
+// drainEnd is when a draining handoff is done, its old connections closed:
+// the window's end and its close grace, or, where addresses identify nodes,
+// the window's end and its late close, until which a new connection that
+// lands on the old node (DNS naming it beside another, a pin or a spare
+// that leads there) is judged doomed. Behind a fixed address nothing can be
+// judged by address, and the handoff lets go at the close grace.
+func (h *Handoff) drainEnd() time.Time {
+	g := CloseGrace(h.p.Window)
+	if h.p.Identifying {
+		g = max(g, LateClose(h.p.Window))
+	}
+	return h.Deadline().Add(g)
 }
 
 // retireLocked records the retirement and fixes the drain cap from what is
@@ -362,6 +377,19 @@ func LastCallLead(window time.Duration) time.Duration {
 // eighth of the window, between 100ms and 1s.
 func CloseGrace(window time.Duration) time.Duration {
 	return clamp(window/8, 100*time.Millisecond, time.Second)
+}
+
+// LateClose is how long after the window's end the server may still close
+// the old node's connections: Redis Enterprise was measured closing them up
+// to 4.1s after a 15s window's end, and the emulator closes a zero-second
+// window's 340 to 550ms after the MOVING. A connection that lands on the old
+// node before that close would carry its first command into it (a reply
+// cut, and a retry that runs the command twice), so where addresses
+// identify nodes the handoff judges such landings doomed until then; a
+// replacement can be had meanwhile, so a doomed landing costs a redial. A
+// third of the window, between 1s and 5s.
+func LateClose(window time.Duration) time.Duration {
+	return clamp(window/3, time.Second, 5*time.Second)
 }
 
 // clamp returns d within [lo, hi].

@@ -45,10 +45,11 @@ func TestNamedSuccessor(t *testing.T) {
 		{ms: 1000, want: 0, phase: Draining},
 		{ms: 1500, want: CloseRemaining, phase: Draining},
 		{ms: 2999, want: 0, phase: Draining},
-		// The window's end plus the close grace (3s/8 = 375ms): a landing on
-		// the old node until then would be cut by the server's close.
-		{ms: 3374, want: 0, phase: Draining},
-		{ms: 3375, want: Finish, phase: Done},
+		// The window's end plus the late close (3s/3, at least 1s): the
+		// server may close the old node's connections until then, so a
+		// landing there would be cut under its first command.
+		{ms: 3999, want: 0, phase: Draining},
+		{ms: 4000, want: Finish, phase: Done},
 		{ms: 9000, want: 0, phase: Done},
 	})
 }
@@ -62,7 +63,8 @@ func TestNullEndpointDNSMovesInWindow(t *testing.T) {
 		{ms: 1300, replacement: true, want: 0, phase: Draining},
 		{ms: 2200, want: CloseRemaining, phase: Draining},
 		{ms: 3000, want: 0, phase: Draining},
-		{ms: 3375, want: Finish, phase: Done},
+		{ms: 3375, want: 0, phase: Draining},
+		{ms: 4000, want: Finish, phase: Done},
 	})
 }
 
@@ -73,8 +75,51 @@ func TestNullEndpointDNSLateHoldsThenReleases(t *testing.T) {
 		{ms: 2249, want: 0, phase: Awaiting},
 		{ms: 2250, want: Retire | Hold, phase: Holding},
 		{ms: 2925, want: CloseRemaining, phase: Holding},
-		{ms: 3500, replacement: true, want: Release | Finish, phase: Done},
+		{ms: 3500, replacement: true, want: Release, phase: Draining},
+		{ms: 4000, want: Finish, phase: Done},
 	})
+}
+
+// Behind a fixed address no landing can be judged by its address: a
+// draining handoff lets go at the close grace, not the late close.
+func TestFixedAddressDrainEndsAtTheCloseGrace(t *testing.T) {
+	p := Params{Successor: "10.0.0.2:1", Start: t0, Window: 3 * time.Second, RelaxedTimeout: 10 * time.Second}
+	run(t, p, Retire, []step{
+		{ms: 1500, want: CloseRemaining, phase: Draining},
+		{ms: 3374, want: 0, phase: Draining},
+		{ms: 3375, want: Finish, phase: Done},
+	})
+}
+
+// A zero-second window: the old connections close at once, and landings on
+// the old node are judged doomed for the late close's floor, a second,
+// since the server's close comes after the MOVING, not with it.
+func TestZeroWindowDrainsUntilTheLateClose(t *testing.T) {
+	p := Params{Start: t0, RelaxedTimeout: 10 * time.Second, HoldBudget: 5 * time.Second, Identifying: true}
+	h, _ := New(p)
+	if got := h.Replacement(at(10)); got != Retire|CloseRemaining {
+		t.Fatalf("replacement: %v, want retire+close-remaining", got)
+	}
+	if got, want := h.NextWake(), at(1000); !got.Equal(want) {
+		t.Fatalf("next wake %v, want the late close %v", got, want)
+	}
+	if got := h.Tick(at(999)); got != 0 || h.Phase() != Draining {
+		t.Fatalf("before the late close: %v in %v, want none in draining", got, h.Phase())
+	}
+	if got := h.Tick(at(1000)); got != Finish {
+		t.Fatalf("at the late close: %v, want finish", got)
+	}
+}
+
+func TestLateCloseBounds(t *testing.T) {
+	for _, c := range []struct{ window, want time.Duration }{
+		{0, time.Second}, {3 * time.Second, time.Second}, {6 * time.Second, 2 * time.Second},
+		{15 * time.Second, 5 * time.Second}, {time.Minute, 5 * time.Second},
+	} {
+		if got := LateClose(c.window); got != c.want {
+			t.Errorf("LateClose(%v) = %v, want %v", c.window, got, c.want)
+		}
+	}
 }
 
 func TestNullEndpointHoldBudgetSpent(t *testing.T) {
