@@ -120,7 +120,7 @@ func (m *Maint) dialWith(next dialFunc, o dialOpts) dialFunc {
 					m.c.doomed.Add(1)
 					r.tally.doomed.Add(1)
 					m.emit(Event{Kind: EventDoomed, Node: r.n.key, Seq: r.seq, Detail: "refused by " + r.n.key})
-					if err := r.waitChange(ctx); err != nil {
+					if err := r.afterDoomed(ctx, &quick); err != nil {
 						return nil, err
 					}
 					continue
@@ -168,13 +168,7 @@ func (m *Maint) dialWith(next dialFunc, o dialOpts) dialFunc {
 					// the configured address may do better.
 					continue
 				}
-				if r.h.Phase() == handoff.Draining && quick < maxQuickRedials {
-					// A replacement can be had (DNS names several nodes, or
-					// has just moved): dial again at once.
-					quick++
-					continue
-				}
-				if err := r.waitChange(ctx); err != nil {
+				if err := r.afterDoomed(ctx, &quick); err != nil {
 					return nil, err
 				}
 				continue
@@ -200,6 +194,19 @@ func (m *Maint) rejectSuccessor(t *target, via *pin, dialAddr, addr string, err 
 		m.successorRefused(t, via, err.Error())
 	}
 	return fmt.Errorf("%w: %s for %s: %w", ErrSuccessorRejected, dialAddr, addr, err)
+}
+
+// afterDoomed is what a dial does once the retiring node refused it or it
+// landed there: while a replacement can be had (DNS names several nodes, or
+// has just moved) it dials again at once, up to maxQuickRedials times
+// (counted in quick); past them, or with no replacement yet, it waits for
+// the handoff to change or a probe interval.
+func (r *run) afterDoomed(ctx context.Context, quick *int) error {
+	if r.h.Phase() == handoff.Draining && *quick < maxQuickRedials {
+		*quick++
+		return nil
+	}
+	return r.waitChange(ctx)
 }
 
 // maxQuickRedials bounds the immediate redials after doomed landings while

@@ -105,7 +105,7 @@ type run struct {
 	gen uint64
 	// relaxBound bounds the target's relaxation for this MOVING (relaxMoving)
 	// if the handoff never finishes: the window, its close grace and the
-	// hold budget.
+	// hold budget, and no sooner than a drain's end (its late close).
 	relaxBound time.Time
 	seq        int64
 
@@ -253,6 +253,9 @@ func (m *Maint) startRunLocked(n *node, t *target, seq int64, successor string, 
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), changed: make(chan struct{}),
 		probed:     make(chan bool, 1),
 		relaxBound: h.Deadline().Add(handoff.CloseGrace(window) + m.s.holdBudget)}
+	if end := h.DrainEnd(); r.relaxBound.Before(end) {
+		r.relaxBound = end // a small hold budget: the drain outlasts it
+	}
 	prev := n.run.Swap(r)
 	swapIn(&m.ho.runs, prev, r)
 	// A pin to this node (an earlier MOVING named it) is kept: the node
@@ -904,9 +907,9 @@ func sameSuccessor(p *pin, remote string) bool {
 
 // dropPinHere drops an earlier handoff's successor pin that leads to this
 // handoff's node, now that it is retired: kept, it would route every new
-// connection to a node the server is about to close (once the hold ends,
-// at once for a zero window, the handoff ends with it and no judge calls
-// such a landing doomed). Until the retirement the pin is kept (see
+// connection to a node the server is about to close (and once the handoff
+// ends, at its late close, no judge calls such a landing doomed). Until the
+// retirement the pin is kept (see
 // startRunLocked). The configured address takes over, as it does when a
 // landing through the pin is doomed (dialVia). It reports whether it
 // dropped one.

@@ -604,7 +604,6 @@ func TestPinToAMovingNodeIsDroppedAtItsRetirement(t *testing.T) {
 // past a window's end). Until then a new connection that lands on the old
 // node by another route (here DNS naming both nodes, dialled in turn) must
 // carry no command: the close would cut it under its first one.
-// carry no command: the close would cut it under its first one.
 func TestLandingOnTheOldNodeBeforeItsLateCloseCarriesNoCommand(t *testing.T) {
 	e := newEnv(t)
 	const workers = 32

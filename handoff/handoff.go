@@ -250,7 +250,7 @@ func (h *Handoff) tickLocked(now time.Time) Action {
 		h.capped = true
 		a |= CloseRemaining
 	}
-	if h.phase == Draining && h.capped && !now.Before(h.drainEnd()) {
+	if h.phase == Draining && h.capped && !now.Before(h.DrainEnd()) {
 		h.phase = Done
 		a |= Finish
 	}
@@ -275,7 +275,7 @@ func (h *Handoff) NextWake() time.Time {
 		earliest(h.holdEnd())
 	case Draining:
 		if h.capped {
-			earliest(h.drainEnd())
+			earliest(h.DrainEnd())
 		}
 	case Done:
 		return time.Time{}
@@ -296,13 +296,13 @@ func (h *Handoff) holdEnd() time.Time {
 	return h.Deadline().Add(h.p.HoldBudget)
 }
 
-// drainEnd is when a draining handoff is done, its old connections closed:
+// DrainEnd is when the handoff is done once draining, its old connections closed:
 // the window's end and its close grace, or, where addresses identify nodes,
 // the window's end and its late close, until which a new connection that
 // lands on the old node (DNS naming it beside another, a pin or a spare
 // that leads there) is judged doomed. Behind a fixed address nothing can be
 // judged by address, and the handoff lets go at the close grace.
-func (h *Handoff) drainEnd() time.Time {
+func (h *Handoff) DrainEnd() time.Time {
 	g := CloseGrace(h.p.Window)
 	if h.p.Identifying {
 		g = max(g, LateClose(h.p.Window))
