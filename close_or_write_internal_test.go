@@ -7,8 +7,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/maintkit/maint/handoff"
 )
 
 // A close that maint decides (at go-redis's request on a failover
@@ -107,3 +110,62 @@ func spin(n int) {
 }
 
 var sink atomic.Int64
+
+// A new connection's first command on a node past its last call is refused
+// (refusesFirstUse), also while the drain cap is deciding whether to close
+// that connection: the cap sees the command counted and leaves the
+// connection open, and a refusal that skipped the deciding state let the
+// command onto the wire of a node whose window is over (it timed out there,
+// in TestHelloReplyWaitsForTheOptInReply, one CI run in several).
+func TestFirstCommandIsRefusedWhileTheCapDecides(t *testing.T) {
+	ping := []byte("*1\r\n$4\r\nPING\r\n")
+	rounds := 20000
+	if testing.Short() {
+		rounds = 2000
+	}
+	m := New()
+	defer m.Close()
+	m.hooked.Store(true)
+	tg := m.target("redis.test:6379")
+	const old = "127.0.0.2:6379"
+	h, _ := handoff.New(handoff.Params{Gen: 1, Seq: 1, Node: old, Start: time.Now(),
+		RelaxedTimeout: 10 * time.Second, HoldBudget: 10 * time.Second, Identifying: true})
+	var r *run
+	for i := 0; i < rounds; i++ {
+		raw := &closeFlagConn{fakeConn: &fakeConn{r: bytes.NewReader(nil), remote: old}}
+		c := m.wrap(tg, raw, old)
+		if r == nil {
+			r = &run{m: m, n: c.n, t: tg, h: h, gen: 1, seq: 1, kick: make(chan struct{}, 1), stop: make(chan struct{}), changed: make(chan struct{})}
+			c.n.run.Store(r)
+		}
+		require.True(t, c.retire(true))
+		var start, ready atomic.Bool
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ready.Store(true)
+			for i := 0; !start.Load(); i++ {
+				if i > 100000 {
+					runtime.Gosched()
+				}
+			}
+			spin(i % 97)
+			c.closeIfClosable(ErrDrainCap, false)
+		}()
+		for !ready.Load() {
+			runtime.Gosched()
+		}
+		start.Store(true)
+		spin(i * 7 % 401)
+		n, err := c.Write(ping)
+		wg.Wait()
+		raw.mu.Lock()
+		onWire := raw.w.Len()
+		raw.mu.Unlock()
+		require.Error(t, err, "round %d: the first command written to a node past its last call", i)
+		require.Zero(t, n)
+		require.Zero(t, onWire, "round %d: bytes on the wire of a refused first command", i)
+		require.ErrorIs(t, err, errNotWritten, "round %d", i)
+	}
+}

@@ -710,7 +710,14 @@ func (c *conn) refusesFirstUse(k int) bool {
 	if c.sub.Load() || !c.m.hooked.Load() {
 		return false
 	}
-	switch c.state.Load() {
+	s := c.state.Load()
+	for s == stateClosing {
+		// A drain-cap decision, which sees this command counted and leaves
+		// the connection retired: judged on its outcome, not skipped.
+		runtime.Gosched()
+		s = c.state.Load()
+	}
+	switch s {
 	case stateRetired, stateFenced:
 	case stateActive:
 		if !c.told.Load() {
