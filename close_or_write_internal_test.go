@@ -49,33 +49,15 @@ func TestCloseAndWriteAgreeOnWhatWasWritten(t *testing.T) {
 					require.True(t, c.retire(true))
 					w = c
 				}
-				// Both sides wait for one start, then spin a varying while,
-				// so that the race's every interleaving comes up.
-				var start, ready atomic.Bool
-				var wg sync.WaitGroup
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					ready.Store(true)
-					for i := 0; !start.Load(); i++ {
-						if i > 100000 {
-							runtime.Gosched() // descheduled meanwhile: let the other side run
-						}
-					}
-					spin(i % 97)
+				var n int
+				var err error
+				race(i, func() {
 					if tc.failover {
 						_ = f.Close()
 					} else {
 						c.closeIfClosable(ErrDrainCap, false)
 					}
-				}()
-				for !ready.Load() {
-					runtime.Gosched()
-				}
-				start.Store(true)
-				spin(i * 7 % 401)
-				n, err := w.Write(ping)
-				wg.Wait()
+				}, func() { n, err = w.Write(ping) })
 				raw.mu.Lock()
 				onWire := raw.w.Len()
 				raw.mu.Unlock()
@@ -98,6 +80,34 @@ func TestCloseAndWriteAgreeOnWhatWasWritten(t *testing.T) {
 			t.Logf("%d rounds: %d written first, %d refused", rounds, written, refused)
 		})
 	}
+}
+
+// race runs other on a goroutine of its own and this on the caller's,
+// started together, each after spinning a while that varies with round i,
+// so that over the rounds every interleaving of the two comes up; it
+// returns once both are done.
+func race(i int, other, this func()) {
+	var start, ready atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		ready.Store(true)
+		for k := 0; !start.Load(); k++ {
+			if k > 100000 {
+				runtime.Gosched() // descheduled meanwhile: let the other side run
+			}
+		}
+		spin(i % 97)
+		other()
+	}()
+	for !ready.Load() {
+		runtime.Gosched()
+	}
+	start.Store(true)
+	spin(i * 7 % 401)
+	this()
+	wg.Wait()
 }
 
 // spin busies the goroutine for about n short steps.
@@ -139,27 +149,9 @@ func TestFirstCommandIsRefusedWhileTheCapDecides(t *testing.T) {
 			c.n.run.Store(r)
 		}
 		require.True(t, c.retire(true))
-		var start, ready atomic.Bool
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ready.Store(true)
-			for i := 0; !start.Load(); i++ {
-				if i > 100000 {
-					runtime.Gosched()
-				}
-			}
-			spin(i % 97)
-			c.closeIfClosable(ErrDrainCap, false)
-		}()
-		for !ready.Load() {
-			runtime.Gosched()
-		}
-		start.Store(true)
-		spin(i * 7 % 401)
-		n, err := c.Write(ping)
-		wg.Wait()
+		var n int
+		var err error
+		race(i, func() { c.closeIfClosable(ErrDrainCap, false) }, func() { n, err = c.Write(ping) })
 		raw.mu.Lock()
 		onWire := raw.w.Len()
 		raw.mu.Unlock()
