@@ -574,20 +574,20 @@ func (c *conn) owed() int64 {
 	return w - r
 }
 
+// settled returns the connection's state once no close decision (the drain
+// cap's, or a failover connection's) is under way: that decision's outcome.
+func (c *conn) settled() uint32 {
+	s := c.state.Load()
+	for s == stateClosing {
+		runtime.Gosched()
+		s = c.state.Load()
+	}
+	return s
+}
+
 // closedUnder waits out a drain-cap decision under way and reports whether
 // the connection is closed.
-func (c *conn) closedUnder() bool {
-	for {
-		switch c.state.Load() {
-		case stateClosing:
-			runtime.Gosched()
-		case stateClosed:
-			return true
-		default:
-			return false
-		}
-	}
-}
+func (c *conn) closedUnder() bool { return c.settled() == stateClosed }
 
 // closeIfClosable closes a fenced or retired connection if maint may (see
 // closable), and reports whether this call closed it, and whether it was
@@ -710,14 +710,9 @@ func (c *conn) refusesFirstUse(k int) bool {
 	if c.sub.Load() || !c.m.hooked.Load() {
 		return false
 	}
-	s := c.state.Load()
-	for s == stateClosing {
-		// A drain-cap decision, which sees this command counted and leaves
-		// the connection retired: judged on its outcome, not skipped.
-		runtime.Gosched()
-		s = c.state.Load()
-	}
-	switch s {
+	// A drain-cap decision under way sees this command counted and leaves
+	// the connection retired: judged on its outcome, not skipped.
+	switch c.settled() {
 	case stateRetired, stateFenced:
 	case stateActive:
 		if !c.told.Load() {
@@ -745,8 +740,8 @@ func (c *conn) refusesFirstUse(k int) bool {
 }
 
 // closable reports whether maint may close the connection, which owes owed
-// replies (read once by the close decision): it owes nothing
-// (idle), or it is a subscriber, which owes no reply. A connection that owes
+// replies (read once by the close decision): it owes nothing (idle), or it
+// is a subscriber, which owes no reply. A connection that owes
 // a reply is never closed by maint, whatever the command: an ordinary one's
 // reply comes (closing would make go-redis run it twice), and a blocking one
 // (BLPOP q 0, XREAD BLOCK, WAIT, a module's) stays blocked on a node that
@@ -797,9 +792,7 @@ func (c *conn) closeWith(why error) bool {
 // reports whether this call changed its state.
 func (c *conn) retire(refuse bool) bool {
 	for {
-		switch s := c.state.Load(); {
-		case s == stateClosing:
-			runtime.Gosched() // a drain-cap decision: wait for its outcome
+		switch s := c.settled(); {
 		case s == stateActive && !refuse:
 			if c.state.CompareAndSwap(s, stateFenced) {
 				return true

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -180,13 +179,9 @@ func (f *failoverConn) Close() error {
 func (f *failoverConn) closeIfIdle() bool {
 	c := f.conn
 	for {
-		s := c.state.Load()
-		switch s {
-		case stateClosed:
+		s := c.settled()
+		if s == stateClosed {
 			return true
-		case stateClosing:
-			runtime.Gosched() // a drain-cap decision: wait for its outcome
-			continue
 		}
 		if !c.state.CompareAndSwap(s, stateClosing) {
 			continue
