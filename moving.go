@@ -104,8 +104,7 @@ type run struct {
 	h   *handoff.Handoff
 	gen uint64
 	// relaxBound bounds the target's relaxation for this MOVING (relaxMoving)
-	// if the handoff never finishes: the window, its close grace and the
-	// hold budget, and no sooner than a drain's end (its late close).
+	// if the handoff never finishes (handoff.EndBound).
 	relaxBound time.Time
 	seq        int64
 
@@ -252,10 +251,7 @@ func (m *Maint) startRunLocked(n *node, t *target, seq int64, successor string, 
 	r := &run{m: m, n: n, t: t, h: h, gen: gen, seq: seq,
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), changed: make(chan struct{}),
 		probed:     make(chan bool, 1),
-		relaxBound: h.Deadline().Add(handoff.CloseGrace(window) + m.s.holdBudget)}
-	if end := h.DrainEnd(); r.relaxBound.Before(end) {
-		r.relaxBound = end // a small hold budget: the drain outlasts it
-	}
+		relaxBound: h.EndBound()}
 	prev := n.run.Swap(r)
 	swapIn(&m.ho.runs, prev, r)
 	// A pin to this node (an earlier MOVING named it) is kept: the node
@@ -909,10 +905,9 @@ func sameSuccessor(p *pin, remote string) bool {
 // handoff's node, now that it is retired: kept, it would route every new
 // connection to a node the server is about to close (and once the handoff
 // ends, at its late close, no judge calls such a landing doomed). Until the
-// retirement the pin is kept (see
-// startRunLocked). The configured address takes over, as it does when a
-// landing through the pin is doomed (dialVia). It reports whether it
-// dropped one.
+// retirement the pin is kept (see startRunLocked). The configured address
+// takes over, as it does when a landing through the pin is doomed
+// (dialVia). It reports whether it dropped one.
 func (r *run) dropPinHere() bool {
 	p := r.t.pin.Load()
 	if p == nil || p.gen == r.gen || !sameSuccessor(p, r.n.key) {

@@ -310,6 +310,18 @@ func (h *Handoff) DrainEnd() time.Time {
 	return h.Deadline().Add(g)
 }
 
+// EndBound is the latest the handoff ends by its own timeline: the
+// window, its close grace and the hold budget (a hold's longest), and no
+// sooner than the drain's end (its late close, which a small hold budget
+// does not cover).
+func (h *Handoff) EndBound() time.Time {
+	b := h.Deadline().Add(CloseGrace(h.p.Window) + h.p.HoldBudget)
+	if end := h.DrainEnd(); b.Before(end) {
+		return end
+	}
+	return b
+}
+
 // retireLocked records the retirement and fixes the drain cap from what is
 // left of the window.
 func (h *Handoff) retireLocked(now time.Time) {

@@ -270,3 +270,14 @@ func TestStrings(t *testing.T) {
 		t.Fatal("Phase.String")
 	}
 }
+
+// EndBound covers the longest hold and the late close alike.
+func TestEndBoundCoversHoldAndDrain(t *testing.T) {
+	for _, hb := range []time.Duration{0, time.Second, 10 * time.Second} {
+		p := Params{Start: t0, Window: 15 * time.Second, HoldBudget: hb, Identifying: true}
+		h, _ := New(p)
+		if b := h.EndBound(); b.Before(h.DrainEnd()) || b.Before(h.holdEnd()) {
+			t.Errorf("hold budget %v: end bound %v before the drain's end %v or the hold's %v", hb, b, h.DrainEnd(), h.holdEnd())
+		}
+	}
+}
