@@ -145,7 +145,7 @@ func TestFirstCommandIsRefusedWhileTheCapDecides(t *testing.T) {
 		raw := &closeFlagConn{fakeConn: &fakeConn{r: bytes.NewReader(nil), remote: old}}
 		c := m.wrap(tg, raw, old)
 		if r == nil {
-			r = &run{m: m, n: c.n, t: tg, h: h, gen: 1, seq: 1, kick: make(chan struct{}, 1), stop: make(chan struct{}), changed: make(chan struct{})}
+			r = testRun(m, c, tg, h)
 			c.n.run.Store(r)
 		}
 		require.True(t, c.retire(true))

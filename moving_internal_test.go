@@ -279,6 +279,12 @@ func TestSlowProbeDoesNotDelayTheLastCall(t *testing.T) {
 	assert.Less(t, late, 400*time.Millisecond, "the last call came %v late", late)
 }
 
+// testRun is a run of handoff h (generation and sequence 1) on c's node,
+// dialled as tg, with no driver: the test steps it.
+func testRun(m *Maint, c *conn, tg *target, h *handoff.Handoff) *run {
+	return &run{m: m, n: c.n, t: tg, h: h, gen: 1, seq: 1, kick: make(chan struct{}, 1), stop: make(chan struct{}), changed: make(chan struct{})}
+}
+
 // A replacement seen by a dial between the driver's Tick (which
 // returned Retire|Hold) and its apply left the hold in force for good.
 func TestReplacementSeenAtTheLastCallReleasesTheHold(t *testing.T) {
@@ -290,7 +296,7 @@ func TestReplacementSeenAtTheLastCallReleasesTheHold(t *testing.T) {
 	c := m.wrap(tg, &fakeConn{remote: old}, old)
 	h, _ := handoff.New(handoff.Params{Gen: 1, Seq: 1, Node: old, Start: time.Now(), Window: 4 * time.Second,
 		RelaxedTimeout: 10 * time.Second, HoldBudget: 10 * time.Second, Identifying: true})
-	r := &run{m: m, n: c.n, t: tg, h: h, gen: 1, seq: 1, kick: make(chan struct{}, 1), stop: make(chan struct{}), changed: make(chan struct{})}
+	r := testRun(m, c, tg, h)
 	c.n.run.Store(r)
 	m.ho.mu.Lock()
 	swapIn(&m.ho.runs, nil, r)
