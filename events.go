@@ -16,7 +16,9 @@ const (
 	EventMalformed
 	// EventHandoff: a MOVING started a handoff for a node.
 	EventHandoff
-	// EventRetire: the node's connections left circulation.
+	// EventRetire: the node's connections left circulation (Count of them):
+	// those open at the retirement, and one by one those that join the node
+	// while its handoff runs.
 	EventRetire
 	// EventHold: new commands wait for a replacement.
 	EventHold

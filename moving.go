@@ -429,7 +429,7 @@ func (r *run) apply(act handoff.Action) {
 		// connection, so the old connections are refused at once and commands
 		// wait in the dial path instead.
 		n := m.retire(r.n, m.refuses(act.Has(handoff.Hold)))
-		r.tally.retired += n
+		r.tally.retired.Add(int64(n))
 		unpinned := r.dropPinHere()
 		if !act.Has(handoff.Hold) {
 			r.tally.replaced(time.Now()) // retired without a hold: a replacement can be had
@@ -742,7 +742,13 @@ func (r *run) adopt(c *conn) {
 	if !retired || r.h.Phase() == handoff.Done {
 		return
 	}
-	r.m.retireConn(c, r.m.refuses(r.h.Phase() == handoff.Holding))
+	if r.m.retireConn(c, r.m.refuses(r.h.Phase() == handoff.Holding)) {
+		// Counted as the retirement's own are: a connection that read its
+		// copy while the retirement walked the node may be this one's.
+		r.tally.retired.Add(1)
+		r.m.emit(Event{Kind: EventRetire, Node: r.n.key, Seq: r.seq, Count: 1,
+			Detail: "joined the node after its retirement"})
+	}
 }
 
 // waitChange is where a dial that landed on the retiring node waits before

@@ -494,3 +494,41 @@ func TestCloseDuringHandoffIsPrompt(t *testing.T) {
 	assert.Less(t, time.Since(start), time.Second)
 	require.NoError(t, m.Close(), "idempotent")
 }
+
+// A connection that reads its copy of the MOVING between the driver's Tick
+// (the node is retired from then on) and its walk of the node is retired
+// by the copy, and the walk skips it: it is still counted, in the retire
+// events (what maintotel's redis.client.connections retired reads) and in
+// the report.
+func TestConnectionRetiredByItsCopyDuringTheWalkIsCounted(t *testing.T) {
+	var mu sync.Mutex
+	retired := 0
+	m := New(WithLogf(t.Logf), WithOnEvent(func(e Event) {
+		if e.Kind == EventRetire {
+			mu.Lock()
+			retired += e.Count
+			mu.Unlock()
+		}
+	}))
+	defer m.Close()
+	m.hooked.Store(true)
+	tg := m.target("redis.test:6379")
+	const old = "10.0.0.1:6379"
+	c1 := m.wrap(tg, &fakeConn{remote: old}, old)
+	c2 := m.wrap(tg, &fakeConn{remote: old}, old)
+	h, _ := handoff.New(handoff.Params{Gen: 1, Seq: 1, Node: old, Start: time.Now(),
+		Window: 4 * time.Second, RelaxedTimeout: 10 * time.Second, HoldBudget: 10 * time.Second, Identifying: true})
+	r := testRun(m, c1, tg, h)
+	c1.n.run.Store(r)
+
+	act := h.Tick(h.LastCall()) // the driver: Retire|Hold, not applied yet
+	require.Equal(t, handoff.Retire|handoff.Hold, act)
+	r.adopt(c2) // c2 reads its copy meanwhile
+	r.apply(act)
+	assert.Equal(t, stateFenced, c1.state.Load())
+	assert.Equal(t, stateFenced, c2.state.Load())
+	mu.Lock()
+	assert.Equal(t, 2, retired, "both connections counted by the retire events")
+	mu.Unlock()
+	assert.EqualValues(t, 2, r.tally.retired.Load(), "and by the report")
+}

@@ -97,9 +97,10 @@ func (r *HandoffReport) attrs() []slog.Attr {
 // plain fields (apply runs on it, or before it starts, or instead of it);
 // the atomic ones are touched by dials and probes too.
 type tally struct {
-	replacedAt                          atomic.Int64 // unix nanoseconds; 0: none yet
-	doomed                              atomic.Int64
-	retired, closedAtCap, blockingAtCap int
+	replacedAt                 atomic.Int64 // unix nanoseconds; 0: none yet
+	doomed                     atomic.Int64
+	retired                    atomic.Int64 // by the retirement, and by adopt after it
+	closedAtCap, blockingAtCap int
 }
 
 // replaced notes that a replacement could be had at t, the first time.
@@ -148,7 +149,7 @@ func (r *run) report(end time.Time) *HandoffReport {
 	rep := &HandoffReport{
 		Node: r.n.key, Seq: r.seq, Successor: p.Successor, Window: p.Window,
 		MovingAt: p.Start, EndedAt: end,
-		Retired: r.tally.retired, ClosedAtCap: r.tally.closedAtCap, BlockingAtCap: r.tally.blockingAtCap,
+		Retired: int(r.tally.retired.Load()), ClosedAtCap: r.tally.closedAtCap, BlockingAtCap: r.tally.blockingAtCap,
 		Doomed:     int(r.tally.doomed.Load()),
 		Superseded: r.superseded() || r.m.ctx.Err() != nil,
 	}
