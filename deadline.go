@@ -1,6 +1,8 @@
 package maint
 
 import (
+	"errors"
+	"os"
 	"sync/atomic"
 	"time"
 )
@@ -124,9 +126,14 @@ func fromMono(m mono) time.Time {
 // deadline is one direction (read or write) of a connection's deadline.
 type deadline struct {
 	asked atomic.Int64 // what go-redis asked for (see askedOf): 0 for none
-	// applied is what the socket has (mono, 0 for none), or asAsked: what
-	// was asked, as setDeadline's fast path records it, with no store per
-	// command while it stays so.
+	// applied is what the socket has: a floor on the monotonic clock (a
+	// mono, 0 for none); asAsked, what was asked, as a setter's quiet path
+	// records it on a connection that takes every deadline as asked, with
+	// no store per command while it stays so; or, on a connection that
+	// arms its socket lazily (see lazySlack), the wall-clock time a quiet
+	// setter last put on the socket (as askedOf keeps it, a negative
+	// number below asAsked), which may be earlier than what was asked
+	// since.
 	applied atomic.Int64
 }
 
@@ -134,12 +141,42 @@ type deadline struct {
 const asAsked mono = -1
 
 // socket returns what the socket has: the time go-redis asked for, as it
-// gave it (a wall-clock time) or on the monotonic clock, or the zero time.
+// gave it (a wall-clock time) or on the monotonic clock, a lazily armed
+// wall-clock time, a floor, or the zero time.
 func (d *deadline) socket() time.Time {
-	if v := d.applied.Load(); v != asAsked {
-		return fromMono(v)
+	v := d.applied.Load()
+	if v == asAsked {
+		v = d.asked.Load()
 	}
-	return timeOf(d.asked.Load())
+	return timeOf(v)
+}
+
+// lazySlack is how much earlier than go-redis asked a lazily armed socket
+// deadline may fire. go-redis sets a read and a write deadline for every
+// command (now plus its timeout), and the pool's health check clears both:
+// three calls into the runtime's poller per command, each dearer than all
+// of maint's own work for it. On a plain TCP connection maint puts a new
+// deadline on the socket only when it must: when it is earlier than the
+// one the socket has, or later by more than lazySlack. A socket deadline
+// is therefore never later than the one go-redis asked for, and at most
+// lazySlack earlier. When it fires before the one asked for, the read or
+// write that it cut short is given the deadline asked for (floored, as
+// ever) and goes on (rearm): go-redis sees its timeout when it asked for
+// it, and never before. Over TLS a write cut by a deadline breaks the
+// connection for good (crypto/tls), so there every deadline goes on the
+// socket as asked.
+const lazySlack = int64(100 * time.Millisecond)
+
+// covers reports whether the socket's deadline, lazily armed, may stand for
+// a (as a setter records it): it is no later than a and at most lazySlack
+// earlier, or a is none and the socket has none or a wall-clock time (which
+// at worst fires early).
+func (d *deadline) covers(a mono) bool {
+	s := d.applied.Load()
+	if a == 0 {
+		return s == 0 || s < asAsked
+	}
+	return a < asAsked && s < asAsked && s >= a && s-a <= lazySlack
 }
 
 // askedMono returns what go-redis asked for on the monotonic clock, 0 for
@@ -157,6 +194,17 @@ func (d *deadline) markAsAsked() {
 	if d.applied.Load() != asAsked {
 		d.applied.Store(asAsked)
 	}
+}
+
+// armed records that a quiet setter of a lazily armed connection put a (as
+// a setter records it) on the socket: a wall-clock time or none is kept as
+// it is, for covers; a time on the monotonic clock (a context's deadline)
+// as asAsked, which covers nothing.
+func (d *deadline) armed(a mono) {
+	if a > 0 {
+		a = asAsked
+	}
+	d.applied.Store(a)
 }
 
 // floor returns the deadline asked raised, where maintenance requires it,
@@ -224,9 +272,11 @@ func (c *conn) quiet() bool {
 // connection was retired meanwhile (see refloor), the floor is applied
 // again. While the connection is quiet (every command, as long as no
 // maintenance is going on) the floor is what was asked, and t goes to the
-// socket as go-redis gave it: one store of what was asked per direction, a
-// few loads, no conversion back. Each setter is written out for its
-// directions, so that the quiet path has no branch on them.
+// socket as go-redis gave it, with no conversion back: on a connection that
+// arms its socket lazily (plain TCP) only when the socket's deadline does
+// not cover it (see lazySlack), else every time, with one store of what was
+// asked per direction. Each setter is written out for its directions, so
+// that the quiet path has no branch on them.
 
 // SetDeadline sets both deadlines, relaxed where maintenance requires it.
 func (c *conn) SetDeadline(t time.Time) error {
@@ -238,9 +288,17 @@ func (c *conn) SetDeadline(t time.Time) error {
 	c.wdl.asked.Store(asked)
 	e := c.n.epoch.Load()
 	if c.quiet() {
-		c.rdl.markAsAsked()
-		c.wdl.markAsAsked()
-		err := c.raw.SetDeadline(t)
+		var err error
+		switch {
+		case !c.lazy:
+			c.rdl.markAsAsked()
+			c.wdl.markAsAsked()
+			err = c.raw.SetDeadline(t)
+		case !c.rdl.covers(asked) || !c.wdl.covers(asked):
+			err = c.raw.SetDeadline(t)
+			c.rdl.armed(asked)
+			c.wdl.armed(asked)
+		}
 		if c.n.epoch.Load() == e {
 			if err != nil {
 				return c.notWritten(err)
@@ -260,8 +318,15 @@ func (c *conn) SetReadDeadline(t time.Time) error {
 	c.rdl.asked.Store(asked)
 	e := c.n.epoch.Load()
 	if c.quiet() {
-		c.rdl.markAsAsked()
-		err := c.raw.SetReadDeadline(t)
+		var err error
+		switch {
+		case !c.lazy:
+			c.rdl.markAsAsked()
+			err = c.raw.SetReadDeadline(t)
+		case !c.rdl.covers(asked):
+			err = c.raw.SetReadDeadline(t)
+			c.rdl.armed(asked)
+		}
 		if c.n.epoch.Load() == e {
 			return err
 		}
@@ -278,8 +343,15 @@ func (c *conn) SetWriteDeadline(t time.Time) error {
 	c.wdl.asked.Store(asked)
 	e := c.n.epoch.Load()
 	if c.quiet() {
-		c.wdl.markAsAsked()
-		err := c.raw.SetWriteDeadline(t)
+		var err error
+		switch {
+		case !c.lazy:
+			c.wdl.markAsAsked()
+			err = c.raw.SetWriteDeadline(t)
+		case !c.wdl.covers(asked):
+			err = c.raw.SetWriteDeadline(t)
+			c.wdl.armed(asked)
+		}
 		if c.n.epoch.Load() == e {
 			if err != nil {
 				return c.notWritten(err)
@@ -392,8 +464,11 @@ func (c *conn) refloorOne(d *deadline, k clock, read bool, set func(time.Time) e
 	}
 	raw := d.applied.Load()
 	cur := raw
-	if raw == asAsked {
+	switch {
+	case raw == asAsked:
 		cur = asked
+	case raw < 0:
+		cur = k.of(raw) // lazily armed: no later than asked
 	}
 	if cur == 0 || cur > asked || v <= cur || !d.applied.CompareAndSwap(raw, v) {
 		// No deadline, one already raised (a wait relaxed once is not
@@ -416,3 +491,75 @@ func (c *conn) refloorOne(d *deadline, k clock, read bool, set func(time.Time) e
 // restoreRead puts back on the socket the read deadline it had before the
 // health check's short one: a peek leaves no trace.
 func (c *conn) restoreRead() { _ = c.raw.SetReadDeadline(c.rdl.socket()) }
+
+// maxRearms bounds the times one read or write is given its deadline again
+// (rearm): once is what a lazily armed deadline needs; a few more cover a
+// relaxation or a retirement changing the floor meanwhile.
+const maxRearms = 4
+
+// rearm reports whether err, met by a read (or a write) of a lazily armed
+// connection, is its socket's deadline firing before the one go-redis asked
+// for (floored, as a setter would apply it) has passed; if so, it has put
+// that deadline on the socket, and the read or write goes on. Any other
+// error, and a timeout when the deadline is due, is the caller's to return.
+func (c *conn) rearm(err error, read bool, tries *int) bool {
+	if !c.lazy || *tries >= maxRearms || !errors.Is(err, os.ErrDeadlineExceeded) {
+		return false
+	}
+	d := &c.wdl
+	if read {
+		d = &c.rdl
+	}
+	asked := d.asked.Load()
+	k := clockNow()
+	if v := c.floor(k.of(asked), k.mono, read); v != 0 && v <= k.mono {
+		return false // due: the timeout go-redis asked for
+	}
+	*tries++
+	_ = c.setFloored(asked, read, !read, c.n.epoch.Load())
+	c.m.c.rearms.Add(1)
+	return true
+}
+
+// lazyReader is the socket as the Stripper reads it on a lazily armed
+// connection: a read its deadline cut short goes on (rearm).
+type lazyReader struct{ c *conn }
+
+func (r lazyReader) Read(p []byte) (int, error) {
+	tries := 0
+	for {
+		n, err := r.c.raw.Read(p)
+		if n > 0 || err == nil || !r.c.rearm(err, true, &tries) {
+			return n, err
+		}
+	}
+}
+
+// writeRaw writes p to the socket; on a lazily armed connection a write
+// its deadline cut short goes on from where it stopped (rearm).
+func (c *conn) writeRaw(p []byte) (int, error) {
+	n, err := c.raw.Write(p)
+	if err == nil || !c.lazy {
+		return n, err
+	}
+	tries := 0
+	for err != nil && c.rearm(err, false, &tries) {
+		var k int
+		k, err = c.raw.Write(p[n:])
+		n += k
+	}
+	return n, err
+}
+
+// readRC runs f through the socket's RawConn, given the deadline asked for
+// first if the socket's, lazily armed, has passed before it (rearm): the
+// runtime refuses a RawConn read past the socket's deadline without
+// calling f.
+func (c *conn) readRC(f func(fd uintptr) bool) error {
+	err := c.rawRC.Read(f)
+	tries := 0
+	for err != nil && c.rearm(err, true, &tries) {
+		err = c.rawRC.Read(f)
+	}
+	return err
+}

@@ -355,7 +355,10 @@ type conn struct {
 	peekFn    func(fd uintptr) bool
 	peekState uint8
 	peekBuf   [1]byte
-	win       *window
+	// lazy: the socket is plain TCP, and its deadlines are armed lazily
+	// (deadline.go, lazySlack); set once, at wrap.
+	lazy bool
+	win  *window
 
 	// inject is the opt-in to write behind go-redis's first command (see
 	// handshake.go); written by the writer only, before and at that write.
@@ -393,6 +396,10 @@ func (m *Maint) wrap(t *target, raw net.Conn, remote string) *conn {
 		key = "?" + t.addr
 	}
 	c := &conn{raw: raw, rawRd: raw, m: m, t: t, remote: remote}
+	if _, ok := raw.(*net.TCPConn); ok {
+		c.lazy = true
+		c.rawRd = lazyReader{c}
+	}
 	c.rd.H = (*streamEvents)(c)
 	c.check.c = c
 	c.peekFn = c.peek
@@ -473,7 +480,7 @@ func (c *conn) Read(p []byte) (int, error) {
 	if c.checking.Load() && c.checking.Swap(false) {
 		// Inside the pool's health check: only what is there already.
 		_ = c.raw.SetReadDeadline(time.Now().Add(2 * time.Millisecond))
-		n, err := c.rd.Read(c.rawRd, p)
+		n, err := c.rd.Read(c.raw, p) // not rawRd: this deadline is meant to fire
 		c.countReplies()
 		c.restoreRead()
 		return n, c.ioErr(err, nil)
@@ -554,7 +561,7 @@ func (c *conn) Write(p []byte) (int, error) {
 		n, err := c.writeFirst(p, k)
 		return n, c.unusedErr(c.ioErr(err, &c.wdl))
 	}
-	n, err := c.raw.Write(p)
+	n, err := c.writeRaw(p)
 	if err != nil {
 		return n, c.unusedErr(c.ioErr(err, &c.wdl))
 	}
@@ -878,7 +885,7 @@ func (r *checkRawConn) Write(f func(fd uintptr) bool) error { return r.c.rawRC.W
 func (r *checkRawConn) Read(f func(fd uintptr) bool) error {
 	c := r.c
 	c.peekState = 0
-	if err := c.rawRC.Read(c.peekFn); err != nil {
+	if err := c.readRC(c.peekFn); err != nil {
 		return err
 	}
 	switch c.peekState {
@@ -892,7 +899,7 @@ func (r *checkRawConn) Read(f func(fd uintptr) bool) error {
 			return ErrRetired // what it read retired it
 		}
 	}
-	return c.rawRC.Read(f)
+	return c.readRC(f)
 }
 
 // maxTaken bounds the window peeked for notifications waiting on an idle
@@ -915,7 +922,7 @@ func (c *conn) takeNotifications() error {
 	}
 	w := c.win
 	w.n = 0
-	if err := c.rawRC.Read(w.peekFn); err != nil {
+	if err := c.readRC(w.peekFn); err != nil {
 		return err
 	}
 	b := w.buf[:w.n]
@@ -942,7 +949,7 @@ func (c *conn) takeNotifications() error {
 	}
 	w.want, w.got, w.err = n, 0, nil
 	for w.got < w.want {
-		if err := c.rawRC.Read(w.takeFn); err != nil {
+		if err := c.readRC(w.takeFn); err != nil {
 			return err
 		}
 		if w.err != nil {

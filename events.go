@@ -226,6 +226,10 @@ type Stats struct {
 	// replacement and were closed untaken. The others landed on a retiring
 	// node, or failed, and were closed at once.
 	Probes, ProbesReused, ProbesUnused uint64
+	// Rearms counts the reads and writes whose socket deadline, armed
+	// lazily (see docs/design.md), fired before the deadline go-redis
+	// asked for, and which went on under that one.
+	Rearms uint64
 }
 
 // add adds o to s.
@@ -252,13 +256,14 @@ func (s *Stats) add(o Stats) {
 	s.Probes += o.Probes
 	s.ProbesReused += o.ProbesReused
 	s.ProbesUnused += o.ProbesUnused
+	s.Rearms += o.Rearms
 }
 
 type counters struct {
 	handshakes, handshakeErrors, poolRetries, notWrittenReruns,
 	notifications, malformed, replayed, oversize, refusedSuccessors, handoffs, retired, closedAtCap, busyAtCap, owedAtCap,
 	doomed, held, heldTimeouts, relaxations, unsupported,
-	probes, sparesTaken, sparesUnused atomic.Uint64
+	probes, sparesTaken, sparesUnused, rearms atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
@@ -286,6 +291,7 @@ func (c *counters) snapshot() Stats {
 		Probes:            c.probes.Load(),
 		ProbesReused:      c.sparesTaken.Load(),
 		ProbesUnused:      c.sparesUnused.Load(),
+		Rearms:            c.rearms.Load(),
 	}
 }
 

@@ -256,18 +256,18 @@ func (c *conn) writeFirst(p []byte, commands int) (int, error) {
 	cmd := c.inject
 	c.inject = nil
 	if commands < 1 || !isHello3(p) || !c.m.takeTurn(c) {
-		return c.raw.Write(p) // no RESP3 here, or the endpoint refused it lately
+		return c.writeRaw(p) // no RESP3 here, or the endpoint refused it lately
 	}
 	c.awaitOptIn = true
 	// The replies to the commands of p are go-redis's (HELLO alone, in
 	// go-redis v9.23: TestGoRedisWritesHelloFirst); the next one is ours.
 	c.rd.DropReply(commands)
-	n, err := c.raw.Write(p)
+	n, err := c.writeRaw(p)
 	if err != nil {
 		return n, err
 	}
 	c.optInSent.Store(monoNow())
-	if _, err := c.raw.Write(cmd); err != nil {
+	if _, err := c.writeRaw(cmd); err != nil {
 		return n, err
 	}
 	c.m.c.handshakes.Add(1)

@@ -1,0 +1,178 @@
+package maint
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// On plain TCP a deadline within lazySlack after the socket's, and the
+// health check's clear, stay off the socket; an earlier one, or one
+// further ahead, goes on it. That is what spares go-redis's three calls
+// into the runtime's poller per command.
+func TestLazyDeadlineStaysOffTheSocketWithinTheSlack(t *testing.T) {
+	m := New(WithLogf(t.Logf))
+	defer m.Close()
+	cl, _ := tcpPair(t)
+	c := m.wrap(m.target("redis.test:6379"), cl, cl.RemoteAddr().String())
+	require.True(t, c.lazy, "plain TCP arms lazily")
+
+	t0 := time.Unix(0, time.Now().UnixNano()).Add(3 * time.Second) // go-redis's form
+	require.NoError(t, c.SetWriteDeadline(t0))
+	assert.Equal(t, askedOf(t0), c.wdl.applied.Load(), "the first goes on the socket")
+	require.NoError(t, c.SetWriteDeadline(t0.Add(10*time.Millisecond)))
+	assert.Equal(t, askedOf(t0), c.wdl.applied.Load(), "10 ms later: the socket's covers it")
+	require.NoError(t, c.SetDeadline(time.Time{}))
+	assert.Equal(t, askedOf(t0), c.wdl.applied.Load(), "the health check's clear: covered")
+	assert.Zero(t, c.rdl.applied.Load(), "the read side had none, and has none")
+	later := t0.Add(time.Duration(lazySlack) + time.Millisecond)
+	require.NoError(t, c.SetWriteDeadline(later))
+	assert.Equal(t, askedOf(later), c.wdl.applied.Load(), "beyond the slack: on the socket")
+	earlier := later.Add(-time.Millisecond)
+	require.NoError(t, c.SetWriteDeadline(earlier))
+	assert.Equal(t, askedOf(earlier), c.wdl.applied.Load(), "earlier than the socket's: on the socket")
+	require.NoError(t, c.SetReadDeadline(t0))
+	assert.Equal(t, askedOf(t0), c.rdl.applied.Load(), "a deadline where there was none: on the socket")
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	dl, _ := ctx.Deadline() // a monotonic reading: put on the socket, and covers nothing
+	require.NoError(t, c.SetReadDeadline(dl))
+	assert.Equal(t, asAsked, c.rdl.applied.Load())
+	assert.False(t, c.rdl.covers(askedOf(dl)))
+}
+
+// A read whose lazily armed deadline fires before the one asked for goes
+// on, and times out when asked, never before.
+func TestLazyReadTimesOutWhenAskedNeverBefore(t *testing.T) {
+	m := New(WithLogf(t.Logf))
+	defer m.Close()
+	cl, _ := tcpPair(t) // a server that never answers
+	c := m.wrap(m.target("redis.test:6379"), cl, cl.RemoteAddr().String())
+
+	start := time.Now()
+	require.NoError(t, c.SetReadDeadline(start.Round(0).Add(30*time.Millisecond)))
+	asked := start.Round(0).Add(120 * time.Millisecond)
+	require.NoError(t, c.SetReadDeadline(asked))
+	require.Equal(t, askedOf(start.Round(0).Add(30*time.Millisecond)), c.rdl.applied.Load(), "the socket keeps the earlier one")
+
+	_, err := c.Read(make([]byte, 16))
+	require.Error(t, err)
+	assert.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	assert.False(t, time.Now().Before(asked), "timed out %v before the deadline asked for", time.Until(asked))
+	assert.EqualValues(t, 1, m.Stats().Rearms, "the early firing went on once")
+}
+
+// A read with no deadline asked for outlives the stale one the socket kept.
+func TestLazyReadWithNoDeadlineOutlivesTheStaleOne(t *testing.T) {
+	m := New(WithLogf(t.Logf))
+	defer m.Close()
+	cl, sv := tcpPair(t)
+	c := m.wrap(m.target("redis.test:6379"), cl, cl.RemoteAddr().String())
+	require.NoError(t, c.SetReadDeadline(time.Now().Round(0).Add(20*time.Millisecond)))
+	require.NoError(t, c.SetReadDeadline(time.Time{})) // a blocking command's: none
+	got := make(chan error, 1)
+	go func() {
+		b := make([]byte, 16)
+		n, err := io.ReadFull(c, b[:5])
+		if err == nil && string(b[:n]) != "+OK\r\n" {
+			err = errors.New("read " + string(b[:n]))
+		}
+		got <- err
+	}()
+	waitFor(t, func() bool { return m.Stats().Rearms > 0 }) // the stale deadline fired
+	_, err := sv.Write([]byte("+OK\r\n"))
+	require.NoError(t, err)
+	require.NoError(t, <-got, "the reply came after the stale deadline: read, not a timeout")
+}
+
+// A write cut short by a lazily armed deadline goes on from where it
+// stopped: every byte reaches the server once, and a timeout, if any,
+// comes when asked.
+func TestLazyWriteCutShortGoesOn(t *testing.T) {
+	m := New(WithLogf(t.Logf))
+	defer m.Close()
+	cl, sv := tcpPair(t)
+	require.NoError(t, cl.(*net.TCPConn).SetWriteBuffer(16<<10))
+	require.NoError(t, sv.(*net.TCPConn).SetReadBuffer(16<<10))
+	c := m.wrap(m.target("redis.test:6379"), cl, cl.RemoteAddr().String())
+
+	payload := make([]byte, 4<<20) // far more than the socket buffers hold
+	for i := range payload {
+		payload[i] = byte(i)
+	}
+	start := time.Now().Round(0)
+	require.NoError(t, c.SetWriteDeadline(start.Add(20*time.Millisecond)))
+	asked := start.Add(110 * time.Millisecond)
+	require.NoError(t, c.SetWriteDeadline(asked))
+
+	received := make(chan []byte, 1)
+	go func() {
+		// Read once the write was cut at 20 ms (or after 5 s: the test
+		// then fails on Rearms below).
+		for end := time.Now().Add(5 * time.Second); m.Stats().Rearms == 0 && time.Now().Before(end); {
+			time.Sleep(time.Millisecond)
+		}
+		b, _ := io.ReadAll(sv)
+		received <- b
+	}()
+	n, err := c.Write(payload)
+	if err != nil {
+		assert.ErrorIs(t, err, os.ErrDeadlineExceeded)
+		assert.False(t, time.Now().Before(asked), "timed out %v before the deadline asked for", time.Until(asked))
+	}
+	require.NoError(t, cl.Close())
+	b := <-received
+	assert.Equal(t, n, len(b), "the server received what the write reports, once")
+	assert.Equal(t, payload[:len(b)], b, "in order, nothing lost or repeated")
+	assert.GreaterOrEqual(t, m.Stats().Rearms, uint64(1))
+}
+
+// Through go-redis's pool: a connection idle past its read deadline is
+// healthy at the next command (the health check's peek, which the runtime
+// refuses past the socket's deadline, is given the one asked for: none),
+// and a blocking command with no timeout outlives the deadline the
+// socket kept from the command before it.
+func TestLazyDeadlinesThroughThePool(t *testing.T) {
+	mr := miniredis.RunT(t)
+	m := New(WithLogf(t.Logf))
+	defer m.Close()
+	opt := &redis.Options{Addr: mr.Addr(), ReadTimeout: 40 * time.Millisecond, WriteTimeout: 40 * time.Millisecond,
+		PoolSize: 1, MaxRetries: -1, Protocol: 3}
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	rdb.AddHook(m)
+	ctx := context.Background()
+
+	require.NoError(t, rdb.Set(ctx, "k", "v", 0).Err())
+	time.Sleep(150 * time.Millisecond) // the connection idles past both deadlines
+	require.NoError(t, rdb.Get(ctx, "k").Err())
+	st := rdb.PoolStats()
+	assert.EqualValues(t, 1, st.TotalConns, "the idle connection was kept")
+	assert.EqualValues(t, 1, st.Misses, "one dial, for the first command")
+	assert.Zero(t, st.StaleConns)
+
+	before := m.Stats().Rearms
+	popped := make(chan error, 1)
+	go func() {
+		v, err := rdb.BLPop(ctx, 0, "q").Result()
+		if err == nil && (len(v) != 2 || v[1] != "x") {
+			err = errors.New("popped " + v[1])
+		}
+		popped <- err
+	}()
+	waitFor(t, func() bool { return m.Stats().Rearms > before }) // the socket's stale deadline fired under BLPOP
+	other := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer other.Close()
+	require.NoError(t, other.LPush(ctx, "q", "x").Err())
+	require.NoError(t, <-popped, "BLPOP q 0 waits until the push")
+}
