@@ -539,9 +539,15 @@ func (r lazyReader) Read(p []byte) (int, error) {
 // its deadline cut short goes on from where it stopped (rearm).
 func (c *conn) writeRaw(p []byte) (int, error) {
 	n, err := c.raw.Write(p)
-	if err == nil || !c.lazy {
-		return n, err
+	if err != nil && c.lazy {
+		return c.writeOn(p, n, err)
 	}
+	return n, err
+}
+
+// writeOn goes on with a write that met err after n bytes of p, as long as
+// err is an early firing of a lazily armed deadline (rearm).
+func (c *conn) writeOn(p []byte, n int, err error) (int, error) {
 	tries := 0
 	for err != nil && c.rearm(err, false, &tries) {
 		var k int
@@ -556,7 +562,15 @@ func (c *conn) writeRaw(p []byte) (int, error) {
 // runtime refuses a RawConn read past the socket's deadline without
 // calling f.
 func (c *conn) readRC(f func(fd uintptr) bool) error {
-	err := c.rawRC.Read(f)
+	if err := c.rawRC.Read(f); err != nil {
+		return c.readRCOn(f, err)
+	}
+	return nil
+}
+
+// readRCOn runs f again after err while err is an early firing of a lazily
+// armed deadline (rearm).
+func (c *conn) readRCOn(f func(fd uintptr) bool, err error) error {
 	tries := 0
 	for err != nil && c.rearm(err, true, &tries) {
 		err = c.rawRC.Read(f)

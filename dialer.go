@@ -561,7 +561,10 @@ func (c *conn) Write(p []byte) (int, error) {
 		n, err := c.writeFirst(p, k)
 		return n, c.unusedErr(c.ioErr(err, &c.wdl))
 	}
-	n, err := c.writeRaw(p)
+	n, err := c.raw.Write(p)
+	if err != nil && c.lazy {
+		n, err = c.writeOn(p, n, err) // what writeRaw does, off the hot path
+	}
 	if err != nil {
 		return n, c.unusedErr(c.ioErr(err, &c.wdl))
 	}
@@ -885,8 +888,10 @@ func (r *checkRawConn) Write(f func(fd uintptr) bool) error { return r.c.rawRC.W
 func (r *checkRawConn) Read(f func(fd uintptr) bool) error {
 	c := r.c
 	c.peekState = 0
-	if err := c.readRC(c.peekFn); err != nil {
-		return err
+	if err := c.rawRC.Read(c.peekFn); err != nil {
+		if err = c.readRCOn(c.peekFn, err); err != nil { // readRC, off the hot path
+			return err
+		}
 	}
 	switch c.peekState {
 	case peekEmpty:
