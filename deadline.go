@@ -498,10 +498,12 @@ func (c *conn) restoreRead() { _ = c.raw.SetReadDeadline(c.rdl.socket()) }
 const maxRearms = 4
 
 // rearm reports whether err, met by a read (or a write) of a lazily armed
-// connection, is its socket's deadline firing before the one go-redis asked
-// for (floored, as a setter would apply it) has passed; if so, it has put
-// that deadline on the socket, and the read or write goes on. Any other
-// error, and a timeout when the deadline is due, is the caller's to return.
+// connection, is its socket's deadline firing early: the socket had a
+// lazily armed time, and the one go-redis asked for since has not passed.
+// If so, it has put that deadline on the socket (floored, as a setter
+// would apply it), and the read or write goes on. Any other error, and a
+// timeout of a deadline the socket had as meant (as asked, or floored: a
+// relaxed timeout is final too), is the caller's to return.
 func (c *conn) rearm(err error, read bool, tries *int) bool {
 	if !c.lazy || *tries >= maxRearms || !errors.Is(err, os.ErrDeadlineExceeded) {
 		return false
@@ -510,9 +512,14 @@ func (c *conn) rearm(err error, read bool, tries *int) bool {
 	if read {
 		d = &c.rdl
 	}
+	if d.applied.Load() >= asAsked {
+		// The socket had the deadline meant for it (as asked, a floor, or
+		// none): its timeout is the one go-redis asked for, relaxed or not.
+		return false
+	}
 	asked := d.asked.Load()
 	k := clockNow()
-	if v := c.floor(k.of(asked), k.mono, read); v != 0 && v <= k.mono {
+	if a := k.of(asked); a != 0 && a <= k.mono {
 		return false // due: the timeout go-redis asked for
 	}
 	*tries++

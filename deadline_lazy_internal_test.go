@@ -72,6 +72,31 @@ func TestLazyReadTimesOutWhenAskedNeverBefore(t *testing.T) {
 	assert.EqualValues(t, 1, m.Stats().Rearms, "the early firing went on once")
 }
 
+// A relaxed deadline, put on the socket as floored, is final: its timeout
+// is the command's, and is not rearmed (a rearm would floor it again from
+// now, and a slow reply would outlast the relaxed timeout several times).
+func TestLazyRelaxedTimeoutIsFinal(t *testing.T) {
+	const relaxed = 300 * time.Millisecond
+	m := New(WithLogf(t.Logf), WithRelaxedTimeout(relaxed))
+	defer m.Close()
+	cl, sv := tcpPair(t) // a server that reads the command and never answers
+	go func() { _, _ = io.Copy(io.Discard, sv) }()
+	c := m.wrap(m.target("redis.test:6379"), cl, cl.RemoteAddr().String())
+	_, err := c.Write([]byte("*2\r\n$4\r\nECHO\r\n$1\r\nx\r\n"))
+	require.NoError(t, err)
+	c.n.relaxUntil.Store(monoNow() + int64(time.Minute)) // a MIGRATING
+	start := time.Now()
+	require.NoError(t, c.SetReadDeadline(start.Round(0).Add(50*time.Millisecond)))
+
+	_, err = c.Read(make([]byte, 16))
+	took := time.Since(start)
+	var te *TimeoutError
+	require.ErrorAs(t, err, &te, "a relaxed timeout")
+	assert.GreaterOrEqual(t, took, relaxed, "not before the relaxed deadline")
+	assert.Less(t, took, 2*relaxed, "timed out after %v: the relaxed deadline was stretched", took)
+	assert.Zero(t, m.Stats().Rearms, "a floored deadline is never rearmed")
+}
+
 // A read with no deadline asked for outlives the stale one the socket kept.
 func TestLazyReadWithNoDeadlineOutlivesTheStaleOne(t *testing.T) {
 	m := New(WithLogf(t.Logf))
