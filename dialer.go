@@ -396,7 +396,7 @@ func (m *Maint) wrap(t *target, raw net.Conn, remote string) *conn {
 		key = "?" + t.addr
 	}
 	c := &conn{raw: raw, rawRd: raw, m: m, t: t, remote: remote}
-	if _, ok := raw.(*net.TCPConn); ok {
+	if armsLazily(raw) {
 		c.lazy = true
 		c.rawRd = lazyReader{c}
 	}
@@ -405,6 +405,17 @@ func (m *Maint) wrap(t *target, raw net.Conn, remote string) *conn {
 	c.peekFn = c.peek
 	m.register(c, key)
 	return c
+}
+
+// armsLazily reports whether raw's deadlines may be armed lazily
+// (deadline.go, lazySlack): a bare TCP socket, whose deadline errors are
+// os.ErrDeadlineExceeded and whose reads and writes go on after one. A
+// wrapper may buffer, or break on a timeout, as crypto/tls does on a
+// write's: its deadlines go on as asked. The tests widen it to the
+// recording wrapper they dial through (export_test.go).
+var armsLazily = func(raw net.Conn) bool {
+	_, ok := raw.(*net.TCPConn)
+	return ok
 }
 
 // streamEvents is a connection as the Handler of its Stripper: a

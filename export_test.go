@@ -1,6 +1,8 @@
 package maint
 
 import (
+	"net"
+	"os"
 	"time"
 	"unsafe"
 
@@ -83,5 +85,25 @@ func StateSizes() StateSize {
 		Node:   unsafe.Sizeof(node{}),
 		Target: unsafe.Sizeof(target{}),
 		Maint:  unsafe.Sizeof(Maint{}),
+	}
+}
+
+// The tests dial through mainttest.Recorder, a wrapper that hands the
+// socket's reads, writes and deadlines on as they are: its connections
+// arm their deadlines lazily, as a bare TCP socket does in production, so
+// that the suite runs the path production runs. MAINT_TEST_EXACT_DEADLINES
+// set runs the suite with every deadline as asked instead.
+func init() {
+	if os.Getenv("MAINT_TEST_EXACT_DEADLINES") != "" {
+		armsLazily = func(net.Conn) bool { return false }
+		return
+	}
+	bare := armsLazily
+	armsLazily = func(raw net.Conn) bool {
+		if bare(raw) {
+			return true
+		}
+		rc, ok := raw.(interface{ NetConn() net.Conn })
+		return ok && !tlsInspectable(raw) && bare(rc.NetConn())
 	}
 }

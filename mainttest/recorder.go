@@ -78,6 +78,9 @@ func (r *Recorder) OpenTo(addr string) int {
 	return n
 }
 
+// NetConn returns the connection the RecordedConn records.
+func (c *RecordedConn) NetConn() net.Conn { return c.Conn }
+
 // Write counts the bytes the client writes.
 func (c *RecordedConn) Write(p []byte) (int, error) {
 	c.written.Add(int64(len(p)))
