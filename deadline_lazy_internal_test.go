@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -200,4 +201,62 @@ func TestLazyDeadlinesThroughThePool(t *testing.T) {
 	defer other.Close()
 	require.NoError(t, other.LPush(ctx, "q", "x").Err())
 	require.NoError(t, <-popped, "BLPOP q 0 waits until the push")
+}
+
+// deadlineCounter is a socket that counts the deadlines put on it: a
+// wrapper whose reads, writes and deadlines go straight to the socket, as
+// the tests' armsLazily accepts (export_test.go).
+type deadlineCounter struct {
+	net.Conn
+	set atomic.Int64
+}
+
+func (d *deadlineCounter) NetConn() net.Conn { return d.Conn }
+func (d *deadlineCounter) SetDeadline(t time.Time) error {
+	d.set.Add(1)
+	return d.Conn.SetDeadline(t)
+}
+func (d *deadlineCounter) SetReadDeadline(t time.Time) error {
+	d.set.Add(1)
+	return d.Conn.SetReadDeadline(t)
+}
+func (d *deadlineCounter) SetWriteDeadline(t time.Time) error {
+	d.set.Add(1)
+	return d.Conn.SetWriteDeadline(t)
+}
+
+// The saving itself, through go-redis's pool: go-redis asks for three
+// deadlines per command (its health check's clear, the write's, the
+// read's); while commands follow each other within lazySlack, nearly none
+// reaches the socket. Counted, not timed: the bound allows a gap of more
+// than lazySlack after every tenth command, which only a machine stalled
+// for minutes would exceed.
+func TestLazyDeadlinesStayOffTheSocketPerCommand(t *testing.T) {
+	mr := miniredis.RunT(t)
+	m := New(WithLogf(t.Logf))
+	defer m.Close()
+	var sock atomic.Pointer[deadlineCounter]
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), PoolSize: 1, Protocol: 3,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			d := &deadlineCounter{Conn: c}
+			sock.Store(d)
+			return d, nil
+		}})
+	defer rdb.Close()
+	rdb.AddHook(m)
+	ctx := context.Background()
+	require.NoError(t, rdb.Set(ctx, "k", "v", 0).Err())
+	before := sock.Load().set.Load()
+	const commands = 1000
+	for range commands {
+		require.NoError(t, rdb.Get(ctx, "k").Err())
+	}
+	onSocket := sock.Load().set.Load() - before
+	t.Logf("%d commands: %d deadlines on the socket, of %d asked for", commands, onSocket, 3*commands)
+	assert.LessOrEqual(t, onSocket, int64(3*commands/10), "deadlines reached the socket: the lazy arming is off")
+	assert.EqualValues(t, 1, rdb.PoolStats().TotalConns, "one connection throughout")
 }

@@ -2,7 +2,6 @@ package maint
 
 import (
 	"net"
-	"os"
 	"time"
 	"unsafe"
 
@@ -91,13 +90,8 @@ func StateSizes() StateSize {
 // The tests dial through mainttest.Recorder, a wrapper that hands the
 // socket's reads, writes and deadlines on as they are: its connections
 // arm their deadlines lazily, as a bare TCP socket does in production, so
-// that the suite runs the path production runs. MAINT_TEST_EXACT_DEADLINES
-// set runs the suite with every deadline as asked instead.
+// that the suite runs the path production runs.
 func init() {
-	if os.Getenv("MAINT_TEST_EXACT_DEADLINES") != "" {
-		armsLazily = func(net.Conn) bool { return false }
-		return
-	}
 	bare := armsLazily
 	armsLazily = func(raw net.Conn) bool {
 		if bare(raw) {
