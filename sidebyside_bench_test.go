@@ -595,3 +595,38 @@ func allocs(v float64) string {
 	}
 	return fmt.Sprintf("%.2f", v)
 }
+
+// BenchmarkSideBySideAlone runs each workload of BenchmarkSideBySide on one
+// client only, a leaf per client (client=plain, client=built-in,
+// client=maint); its b.N is a number of blocks. It is what instruction
+// counts need: under callgrind a process's count is the sum of everything
+// it ran, and BenchmarkSideBySide's interleaved rounds run the three clients
+// in one process. The difference of two runs' counts (say 5 and 25 blocks)
+// divided by the commands of the extra blocks is one client's cost per
+// command, setup and warm-up cancelled out; the README has the loop.
+func BenchmarkSideBySideAlone(b *testing.B) {
+	for _, srv := range sbsServers(b) {
+		for _, w := range sbsWorkloads {
+			for i, name := range sbsClientNames {
+				b.Run(fmt.Sprintf("server=%s/load=%s/client=%s", srv.name, w.name, name), func(b *testing.B) {
+					rdb, closeClient := srv.open(i, 0)
+					b.Cleanup(closeClient)
+					block := w.setup(b, srv, i, rdb)
+					for range 2 { // warm up, as BenchmarkSideBySide does
+						if err := block(); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ResetTimer()
+					for range b.N {
+						if err := block(); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.StopTimer()
+					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*w.cmds), "ns/cmd")
+				})
+			}
+		}
+	}
+}
