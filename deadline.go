@@ -135,6 +135,13 @@ type deadline struct {
 	// number below asAsked), which may be earlier than what was asked
 	// since.
 	applied atomic.Int64
+	// base anchors a lazily armed wall-clock time in applied to the
+	// monotonic clock: the monotonic minus the wall reading of the clock
+	// when it went on the socket, which is when the runtime converted it.
+	// A wall-clock time asked since is due, on the monotonic clock, at its
+	// UnixNano plus base (lazyDue): a step of the wall clock after the
+	// setter moves it no more than it moves the socket's own.
+	base atomic.Int64
 }
 
 // asAsked in deadline.applied: the socket has what was asked.
@@ -145,10 +152,24 @@ const asAsked mono = -1
 // wall-clock time, a floor, or the zero time.
 func (d *deadline) socket() time.Time {
 	v := d.applied.Load()
-	if v == asAsked {
-		v = d.asked.Load()
+	switch {
+	case v == asAsked:
+		return timeOf(d.asked.Load())
+	case v < asAsked:
+		return fromMono(atLeast1(-v + d.base.Load())) // as the runtime converted it
 	}
-	return timeOf(v)
+	return fromMono(v)
+}
+
+// lazyDue is when the deadline asked for (as a setter records it) is due on
+// the monotonic clock, 0 for none, while the socket has a lazily armed
+// wall-clock time: a wall-clock time asked for against that time's base,
+// the conversion the runtime would have made, not against the clock now.
+func (d *deadline) lazyDue(asked mono) mono {
+	if asked >= 0 {
+		return asked
+	}
+	return atLeast1(-asked + d.base.Load())
 }
 
 // lazySlack is how much earlier than go-redis asked a lazily armed socket
@@ -198,11 +219,14 @@ func (d *deadline) markAsAsked() {
 
 // armed records that a quiet setter of a lazily armed connection put a (as
 // a setter records it) on the socket: a wall-clock time or none is kept as
-// it is, for covers; a time on the monotonic clock (a context's deadline)
-// as asAsked, which covers nothing.
+// it is, for covers, a wall-clock time with its base; a time on the
+// monotonic clock (a context's deadline) as asAsked, which covers nothing.
 func (d *deadline) armed(a mono) {
 	if a > 0 {
 		a = asAsked
+	} else if a < 0 {
+		k := clockNow()
+		d.base.Store(k.mono - k.wall) // before applied: whoever sees a sees its base
 	}
 	d.applied.Store(a)
 }
@@ -494,38 +518,67 @@ func (c *conn) restoreRead() { _ = c.raw.SetReadDeadline(c.rdl.socket()) }
 
 // maxRearms bounds the times one read or write is given its deadline again
 // (rearm): once is what a lazily armed deadline needs; a few more cover a
-// relaxation or a retirement changing the floor meanwhile.
+// relaxation or a retirement changing the deadline meanwhile.
 const maxRearms = 4
 
 // rearm reports whether err, met by a read (or a write) of a lazily armed
-// connection, is its socket's deadline firing early: the socket had a
-// lazily armed time, and the one go-redis asked for since has not passed.
-// If so, it has put that deadline on the socket (floored, as a setter
-// would apply it), and the read or write goes on. Any other error, and a
-// timeout of a deadline the socket had as meant (as asked, or floored: a
-// relaxed timeout is final too), is the caller's to return.
+// connection, is its socket's deadline firing before the deadline now
+// recorded for it is due; if so, it has put that deadline on the socket,
+// and the read or write goes on. What is recorded decides, not what fired:
+//   - a lazily armed time: what go-redis asked for since, as it asked it
+//     (its setter put no floor under it; a relaxation that started since
+//     refloors on its own), anchored as the runtime would have converted it
+//     (lazyDue);
+//   - a floor (relaxation, a drain): that floor, as it is, never floored
+//     again from now, which would stretch a relaxed wait at every firing;
+//   - none: none (the socket's was stale);
+//   - what was asked, put on exactly: its firing is its timeout.
+//
+// A refloor may replace a lazily armed time between the socket's firing and
+// this call: it is then the floor that is recorded, and the wait goes on
+// until it. Only a deadline that is due is final: its timeout is the one
+// go-redis asked for, relaxed where maintenance required it. Any other
+// error is the caller's to return.
 func (c *conn) rearm(err error, read bool, tries *int) bool {
-	if !c.lazy || *tries >= maxRearms || !errors.Is(err, os.ErrDeadlineExceeded) {
+	if !c.lazy || !errors.Is(err, os.ErrDeadlineExceeded) {
 		return false
 	}
-	d := &c.wdl
+	d, set := &c.wdl, c.raw.SetWriteDeadline
 	if read {
-		d = &c.rdl
+		d, set = &c.rdl, c.raw.SetReadDeadline
 	}
-	if d.applied.Load() >= asAsked {
-		// The socket had the deadline meant for it (as asked, a floor, or
-		// none): its timeout is the one go-redis asked for, relaxed or not.
-		return false
+	for *tries < maxRearms {
+		*tries++
+		v := d.applied.Load()
+		var due mono // on the monotonic clock, 0 for none
+		switch {
+		case v < asAsked:
+			due = d.lazyDue(d.asked.Load())
+		case v == asAsked:
+			return false // the socket had what was asked, exactly: it is due
+		default:
+			due = v // a floor, or none
+		}
+		if due != 0 && due <= monoNow() {
+			return false // due: the timeout go-redis asked for
+		}
+		now := v
+		if v < asAsked {
+			// Put what was asked on the socket, exactly: the next firing
+			// is final.
+			if !d.applied.CompareAndSwap(v, asAsked) {
+				continue // a refloor or a setter recorded another: decide on it
+			}
+			now = asAsked
+		}
+		_ = set(fromMono(due))
+		if d.applied.Load() != now {
+			continue // recorded anew meanwhile: the socket must have that one
+		}
+		c.m.c.rearms.Add(1)
+		return true
 	}
-	asked := d.asked.Load()
-	k := clockNow()
-	if a := k.of(asked); a != 0 && a <= k.mono {
-		return false // due: the timeout go-redis asked for
-	}
-	*tries++
-	_ = c.setFloored(asked, read, !read, c.n.epoch.Load())
-	c.m.c.rearms.Add(1)
-	return true
+	return false
 }
 
 // lazyReader is the socket as the Stripper reads it on a lazily armed

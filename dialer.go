@@ -320,6 +320,7 @@ type conn struct {
 	remote string
 
 	state atomic.Uint32
+	told  atomic.Bool // it read a MOVING of its node itself (onMoving)
 	// What the server owes (see owed): commands written, counted as they
 	// are written (before the bytes leave, so the count is never behind),
 	// and complete replies read. wr is the writer's counter; lastBlocking
@@ -358,7 +359,11 @@ type conn struct {
 	// lazy: the socket is plain TCP, and its deadlines are armed lazily
 	// (deadline.go, lazySlack); set once, at wrap.
 	lazy bool
-	win  *window
+	// awaitOptIn: the opt-in was written behind HELLO and its reply not
+	// read yet (readOptInReply). Written and read by go-redis's goroutine of
+	// the connection's handshake, then by its reader only.
+	awaitOptIn bool
+	win        *window
 
 	// inject is the opt-in to write behind go-redis's first command (see
 	// handshake.go); written by the writer only, before and at that write.
@@ -368,16 +373,11 @@ type conn struct {
 	// (anything but its handshake's); optInAt is the number of replies the
 	// Stripper had counted when the opt-in's reply was read, plus one (0:
 	// not opted in yet). See handshake.go, noteHandshakeWrite and replayed.
-	carried atomic.Bool
-	// awaitOptIn: the opt-in was written behind HELLO and its reply not
-	// read yet (readOptInReply). Written and read by go-redis's goroutine of
-	// the connection's handshake, then by its reader only.
-	awaitOptIn bool
-	told       atomic.Bool // it read a MOVING of its node itself (onMoving)
-	optInAt    atomic.Uint64
-	optInTime  atomic.Int64 // mono: when the opt-in was written or its reply read
-	optInSent  atomic.Int64 // mono: when the opt-in was written
-	hsLead     *hsState     // the endpoint's opt-in others wait for is this one's (guarded by handshakes.mu)
+	carried   atomic.Bool
+	optInAt   atomic.Uint64
+	optInTime atomic.Int64 // mono: when the opt-in was written or its reply read
+	optInSent atomic.Int64 // mono: when the opt-in was written
+	hsLead    *hsState     // the endpoint's opt-in others wait for is this one's (guarded by handshakes.mu)
 
 	closeOnce  sync.Once
 	closeErr   atomic.Pointer[error] // why the Maint closed it
