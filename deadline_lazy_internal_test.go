@@ -14,6 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/maintkit/maint/internal/resp"
 )
 
 // On plain TCP a deadline within lazySlack after the socket's, and the
@@ -259,4 +261,137 @@ func TestLazyDeadlinesStayOffTheSocketPerCommand(t *testing.T) {
 	t.Logf("%d commands: %d deadlines on the socket, of %d asked for", commands, onSocket, 3*commands)
 	assert.LessOrEqual(t, onSocket, int64(3*commands/10), "deadlines reached the socket: the lazy arming is off")
 	assert.EqualValues(t, 1, rdb.PoolStats().TotalConns, "one connection throughout")
+}
+
+// earlyFiring is a socket that runs a function in the instant after a read
+// met the socket's deadline, before maint sees the error: the window in
+// which another goroutine (a MIGRATING read on another connection of the
+// node, a retirement) may change the connection's deadline.
+type earlyFiring struct {
+	net.Conn
+	then func()
+}
+
+func (e *earlyFiring) NetConn() net.Conn { return e.Conn }
+func (e *earlyFiring) Read(p []byte) (int, error) {
+	n, err := e.Conn.Read(p)
+	if f := e.then; f != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		e.then = nil
+		f()
+	}
+	return n, err
+}
+
+// lazyWaiter is a connection owing one reply (its server reads and never
+// answers) whose read deadline, asked 120 ms from start, is covered by the
+// one 30 ms from start that the socket keeps: it fires early, at 30 ms.
+func lazyWaiter(t *testing.T, m *Maint, then func(c *conn)) (c *conn, start, asked time.Time) {
+	cl, sv := tcpPair(t)
+	go func() { _, _ = io.Copy(io.Discard, sv) }()
+	e := &earlyFiring{Conn: cl}
+	c = m.wrap(m.target("redis.test:6379"), e, cl.RemoteAddr().String())
+	require.True(t, c.lazy)
+	if then != nil {
+		e.then = func() { then(c) }
+	}
+	_, err := c.Write([]byte("*2\r\n$4\r\nECHO\r\n$1\r\nx\r\n"))
+	require.NoError(t, err)
+	start = time.Now().Round(0)
+	require.NoError(t, c.SetReadDeadline(start.Add(30*time.Millisecond))) // the command before's
+	asked = start.Add(120 * time.Millisecond)
+	require.NoError(t, c.SetReadDeadline(asked)) // covered: stays off the socket
+	return c, start, asked
+}
+
+// A relaxation that starts in the instant the socket's lazily armed
+// deadline fires (relaxStart's refloor, from another goroutine, replaces
+// the lazily armed time with the floor before rearm looks): the wait goes
+// on until the floor. It timed out at the early firing, 90 ms before the
+// deadline asked for, with an error naming a relaxation that never
+// applied.
+func TestLazyEarlyFiringRacingARelaxationWaitsForTheFloor(t *testing.T) {
+	const relaxed = 500 * time.Millisecond
+	m := New(WithLogf(t.Logf), WithRelaxedTimeout(relaxed))
+	defer m.Close()
+	c, start, _ := lazyWaiter(t, m, func(c *conn) {
+		c.n.relaxUntil.Store(monoNow() + int64(time.Minute)) // what relaxStart does
+		c.n.epoch.Add(1)
+		c.refloor()
+	})
+	_, err := c.Read(make([]byte, 16))
+	took := time.Since(start)
+	var te *TimeoutError
+	require.ErrorAs(t, err, &te, "a relaxed timeout")
+	assert.GreaterOrEqual(t, took, relaxed, "timed out after %v: the floor put under the wait was not waited for", took)
+}
+
+// The same race with a retirement, which floors a read that owes a reply:
+// never a timeout before the deadline asked for.
+func TestLazyEarlyFiringRacingARetirementIsNotEarly(t *testing.T) {
+	const relaxed = 300 * time.Millisecond
+	m := New(WithLogf(t.Logf), WithRelaxedTimeout(relaxed))
+	defer m.Close()
+	c, start, asked := lazyWaiter(t, m, func(c *conn) { c.m.retireConn(c, true) })
+	_, err := c.Read(make([]byte, 16))
+	took := time.Since(start)
+	require.Error(t, err)
+	assert.False(t, time.Now().Before(asked), "timed out %v before the deadline asked for", time.Until(asked))
+	assert.GreaterOrEqual(t, took, relaxed, "a retired connection's owed read is floored")
+}
+
+// A step of the wall clock after go-redis set its deadline moves the
+// deadline no more than it moves the socket's own, which the runtime took
+// onto its monotonic clock when it was set: the lazily armed one is
+// anchored the same way. With the clock stepped an hour ahead (NTP), the
+// early firing at 30 ms took the deadline asked for at 120 ms for long
+// passed.
+func TestLazyEarlyFiringIgnoresAWallClockStep(t *testing.T) {
+	real := clockNow
+	t.Cleanup(func() { clockNow = real })
+	m := New(WithLogf(t.Logf))
+	defer m.Close()
+	c, _, asked := lazyWaiter(t, m, nil)
+	clockNow = func() clock { k := real(); k.wall += int64(time.Hour); return k }
+	_, err := c.Read(make([]byte, 16))
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	assert.False(t, time.Now().Before(asked), "timed out %v before the deadline asked for", time.Until(asked))
+	assert.GreaterOrEqual(t, m.Stats().Rearms, uint64(1), "the early firing went on")
+}
+
+// A command already waiting for its reply when a MOVING of its node
+// arrives, on another connection of the node, is relaxed as at a
+// MIGRATING (guarantees T4, "as in T1"), whether its deadline was on the
+// socket exactly or armed lazily: it timed out at the deadline asked for.
+func TestWaitingCommandIsRelaxedAtAMoving(t *testing.T) {
+	const relaxed = 500 * time.Millisecond
+	for _, lazy := range []bool{false, true} {
+		t.Run(map[bool]string{false: "exact", true: "lazy"}[lazy], func(t *testing.T) {
+			m := New(WithLogf(t.Logf), WithRelaxedTimeout(relaxed))
+			defer m.Close()
+			cl, sv := tcpPair(t)
+			go func() { _, _ = io.Copy(io.Discard, sv) }()
+			var raw net.Conn = cl
+			if !lazy {
+				raw = struct{ net.Conn }{cl} // a dialer's own wrapper: every deadline as asked
+			}
+			node, tg := cl.RemoteAddr().String(), m.target("redis.test:6379")
+			c := m.wrap(tg, raw, node)
+			require.Equal(t, lazy, c.lazy)
+			other, _ := tcpPair(t)
+			reader := m.wrap(tg, other, node) // another connection of the node
+			_, err := c.Write([]byte("*2\r\n$4\r\nECHO\r\n$1\r\nx\r\n"))
+			require.NoError(t, err)
+			start := time.Now().Round(0)
+			if lazy {
+				require.NoError(t, c.SetReadDeadline(start.Add(30*time.Millisecond)))
+			}
+			require.NoError(t, c.SetReadDeadline(start.Add(120*time.Millisecond)))
+			reader.onNotification(resp.AppendMoving(nil, 1, 15, "", true))
+			_, err = c.Read(make([]byte, 16))
+			took := time.Since(start)
+			var te *TimeoutError
+			require.ErrorAs(t, err, &te, "a relaxed timeout, after %v", took)
+			assert.GreaterOrEqual(t, took, relaxed)
+		})
+	}
 }
