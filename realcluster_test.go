@@ -99,7 +99,7 @@ func TestRealClusterReshard(t *testing.T) {
 	for _, r := range []*rcResult{plain, instrumented, optioned, plainNoRetry, optionedNoRetry} {
 		// The reshard must have reached the client, or the comparison proves nothing.
 		assert.NotZero(t, r.moved+r.ask, "%s: no MOVED or ASK reached the client", r.name)
-		assert.Zero(t, r.lost, "%s: acknowledged writes lost", r.name)
+		assert.Zero(t, r.lost, "%s: acknowledged writes lost: %v", r.name, r.losses)
 		assert.Zero(t, r.torn, "%s: a MULTI/EXEC seen half applied", r.name)
 		assert.Zero(t, r.wrongReads, "%s: reads returned a wrong value", r.name)
 	}
@@ -258,8 +258,9 @@ func (rc *realCluster) restore(t *testing.T) {
 type rcResult struct {
 	name                 string
 	ok, failed           uint64
-	lost, dup            int // counters below / above what their acknowledgements allow
-	torn                 int // MULTI/EXEC pairs found unequal
+	lost, dup            int      // counters below / above what their acknowledgements allow
+	losses               []string // what each loss was: the key, its acknowledgements, what was read
+	torn                 int      // MULTI/EXEC pairs found unequal
 	wrongReads           uint64
 	moved, ask, tryAgain uint64 // errors the node clients read, followed by go-redis
 	errs                 []string
@@ -278,6 +279,7 @@ func (c *rcCounter) check(r *rcResult, v int) {
 	switch {
 	case v < c.acked:
 		r.lost += c.acked - v
+		r.losses = append(r.losses, fmt.Sprintf("%s: read %d, %d acknowledged (%d failed)", c.key, v, c.acked, c.failed))
 	case v > c.acked+c.failed:
 		r.dup += v - c.acked - c.failed
 	}
@@ -659,11 +661,12 @@ func (rc *realCluster) reshardUnderLoad(t *testing.T, name string,
 		if a != b {
 			r.torn++
 		}
-		(&rcCounter{acked: tt.acked, failed: tt.failed}).check(r, a)
+		(&rcCounter{key: "{" + tt.tag + "}:a", acked: tt.acked, failed: tt.failed}).check(r, a)
 	}
 	for _, tag := range all {
 		if v, err := verify.Get(ctx, filler(tag)).Result(); err != nil || v != "v-"+tag {
 			r.lost++
+			r.losses = append(r.losses, fmt.Sprintf("%s: read %q, %v", filler(tag), v, err))
 		}
 	}
 	// Leave nothing behind: the keys of this run.
