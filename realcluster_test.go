@@ -335,6 +335,7 @@ func goRedisWatchErr(err error) bool {
 type rcLoad struct {
 	ok, failed, wrong atomic.Uint64
 	watchErrs         atomic.Uint64 // go-redis's own Watch errors (goRedisWatchErr)
+	phantoms          atomic.Uint64 // Watch calls go-redis reported done without running them
 	mu                sync.Mutex
 	errs              []string
 }
@@ -542,6 +543,7 @@ func (rc *realCluster) reshardUnderLoad(t *testing.T, name string,
 	}
 	run(func(i int) {
 		c := watchers[i%len(watchers)]
+		committed := false
 		err := rdb.Watch(ctx, func(tx *redis.Tx) error {
 			n, err := tx.Get(ctx, c.key).Int()
 			if err != nil && !errors.Is(err, redis.Nil) {
@@ -551,9 +553,17 @@ func (rc *realCluster) reshardUnderLoad(t *testing.T, name string,
 				p.Set(ctx, c.key, n+1, 0)
 				return nil
 			})
+			committed = err == nil
 			return err
 		}, c.key)
 		switch {
+		case err == nil && !committed:
+			// go-redis's Watch ran out of redirects and reported success
+			// without running the function (a WATCH sent back and forth
+			// while the slot changes hands): nothing ran, although the
+			// application is told otherwise, with or without maint
+			// (TestContractClusterWatchSucceedsWithoutRunningWhenRedirectsRunOut).
+			l.phantoms.Add(1)
 		case errors.Is(err, redis.TxFailedErr):
 			// The key changed under the WATCH (MIGRATE moves it): nothing
 			// ran, as go-redis reports it; the application's to retry.
@@ -675,9 +685,9 @@ func (rc *realCluster) reshardUnderLoad(t *testing.T, name string,
 	}
 
 	t.Logf("%s: two reshards of %d slots (%s <-> %s) in %v: ok=%d failed=%d lost=%d dup=%d torn=%d wrong reads=%d; "+
-		"go-redis's own Watch errors %d; redirects read: MOVED %d, ASK %d, TRYAGAIN %d; errors: %v",
+		"go-redis's own Watch errors %d, Watch reported done without running %d; redirects read: MOVED %d, ASK %d, TRYAGAIN %d; errors: %v",
 		name, rcSlots, rc.a, rc.b, took.Round(time.Millisecond), r.ok, r.failed, r.lost, r.dup, r.torn, r.wrongReads,
-		l.watchErrs.Load(), r.moved, r.ask, r.tryAgain, r.errs)
+		l.watchErrs.Load(), l.phantoms.Load(), r.moved, r.ask, r.tryAgain, r.errs)
 	if g != nil {
 		r.stats = g.Stats()
 		t.Logf("%s: %d node Maints; %+v", name, len(g.Maints()), r.stats)
