@@ -196,6 +196,9 @@ cmds:
 					}
 				}
 				if !crlfAt(b, e) {
+					if w.cut(b, e, args, kind) {
+						i = len(b)
+					}
 					break cmds
 				}
 				at, size := longBulk(b, e+2)
@@ -205,6 +208,9 @@ cmds:
 				e = at + size
 			}
 			if !crlfAt(b, e) {
+				if w.cut(b, e, 0, kind) {
+					i = len(b)
+				}
 				break
 			}
 			a = e + 2
@@ -215,6 +221,34 @@ cmds:
 	}
 	w.last, w.multi = last, multi
 	return n, i
+}
+
+// cut hands slow a command that b ends inside: wholes has read its count,
+// its name (of class kind) and the headers of its arguments up to one
+// whose payload ends at e, at or past the end of b (or whose CR is b's
+// last byte), with left arguments after it. It sets the state slow would
+// have after reading b to its end, and reports whether it did; if not (b
+// ends elsewhere, or the byte at e is not a CR), slow reads the command
+// again from its first byte and decides. A value larger than go-redis's
+// write buffer always comes this way: the write that brings its header
+// ends inside its payload, and its bytes are neither read nor framed twice.
+func (w *Written) cut(b []byte, e, left int, kind uint8) bool {
+	switch {
+	case e >= len(b):
+		w.st, w.num = wsDataR, 0
+		if e > len(b) {
+			w.st, w.num = wsData, int64(e-len(b))
+		}
+	case e == len(b)-1 && b[e] == '\r':
+		w.st = wsDataL
+	default:
+		return false
+	}
+	w.left = int64(left) + 1
+	w.kind = kind
+	w.name, w.keep, w.nkept = false, false, 0
+	w.x = xwalk{}
+	return true
 }
 
 // bulkAt reads the header of a bulk string argument at b[a:] and returns
