@@ -256,6 +256,22 @@ func (s *Stripper) Read(r io.Reader, p []byte) (int, error) {
 		if k, err, done := s.after(p, 0, m, from, false, err); done {
 			return k, err
 		}
+	} else if s.st == stBlob && (s.push == pushNone || s.push == pushPass) && s.qOff == s.qEnd &&
+		s.nhold == 0 && len(s.tail) == 0 && s.err == nil && !s.dead && len(p) > 0 {
+		// Inside a blob that is passed on (a large value), and the read
+		// ends before it does: nothing to look at but the count.
+		m, err := r.Read(p)
+		if m < 0 || m > len(p) {
+			return 0, errInvalidCount
+		}
+		if m > 0 && int64(m) < s.num && err == nil {
+			s.num -= int64(m)
+			s.empty = 0
+			return m, nil
+		}
+		if k, err, done := s.after(p, 0, m, 0, false, err); done {
+			return k, err
+		}
 	}
 	return s.read(r, p)
 }
@@ -675,6 +691,9 @@ func (s *Stripper) wholeReplies(buf []byte) int {
 		}
 		if n < 0 {
 			if n = replyLen(buf[i:]); n < 0 {
+				if s.bulkCut(buf, i) {
+					i = len(buf)
+				}
 				break
 			}
 		}
@@ -688,6 +707,43 @@ func (s *Stripper) wholeReplies(buf []byte) int {
 		}
 	}
 	return i
+}
+
+// bulkCut hands the general parser a reply that buf ends inside: a bulk
+// string at buf[i] whose header is whole and valid and whose payload (or
+// the CRLF after it) runs past the end of buf. It sets the state scan would
+// have after reading buf to its end, and reports whether it did; if not,
+// scan reads the frame from its first byte and decides. A value larger
+// than a read always comes this way: its header is framed once, and the
+// reads that bring the rest of it take Read's shortcut for a blob.
+func (s *Stripper) bulkCut(buf []byte, i int) bool {
+	if buf[i] != '$' {
+		return false
+	}
+	j, n := i+1, int64(0)
+	for ; j < len(buf); j++ {
+		d := buf[j] - '0'
+		if d > 9 {
+			break
+		}
+		n = n*10 + int64(d)
+	}
+	if j == i+1 || j-i-1 > 18 || !crlfAt(buf, j) { // at most 18 digits: n cannot overflow
+		return false
+	}
+	left := int64(j+2) + n - int64(len(buf)) // payload bytes still to come
+	switch {
+	case left > 0:
+		s.st, s.num = stBlob, left
+	case left == 0:
+		s.st = stBlobCR
+	case left == -1 && buf[len(buf)-1] == '\r':
+		s.st, s.lf = stLF, lfBlob
+	default:
+		return false
+	}
+	s.typ, s.top, s.neg, s.start, s.push = '$', '$', false, i, pushNone
+	return true
 }
 
 // bulkRun frames the run of whole bulk strings with lengths of one or two
@@ -841,6 +897,13 @@ func replyLen(b []byte) int {
 		if e := bulkEnd(b, 0); e != -2 {
 			return e
 		}
+	case '+', '-', ':':
+		// A status, an error, an integer: a line (frameLen's rule for a
+		// line at the top level).
+		if cr := lineEnd(b, 1, clLine); cr >= 0 {
+			return cr + 2
+		}
+		return -1
 	case '*':
 		n, i := int(b[1]-'0'), 4
 		if n > 9 || b[2] != '\r' || b[3] != '\n' {
