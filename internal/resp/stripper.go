@@ -689,11 +689,18 @@ func (s *Stripper) wholeReplies(buf []byte) int {
 				n = e + 2 - i
 			}
 		}
+		if n < 0 && buf[i] == '$' {
+			e, cut := s.longBulk(buf, i)
+			if cut {
+				i = len(buf)
+				break
+			}
+			if e > 0 {
+				n = e - i
+			}
+		}
 		if n < 0 {
 			if n = replyLen(buf[i:]); n < 0 {
-				if s.bulkCut(buf, i) {
-					i = len(buf)
-				}
 				break
 			}
 		}
@@ -709,17 +716,15 @@ func (s *Stripper) wholeReplies(buf []byte) int {
 	return i
 }
 
-// bulkCut hands the general parser a reply that buf ends inside: a bulk
-// string at buf[i] whose header is whole and valid and whose payload (or
-// the CRLF after it) runs past the end of buf. It sets the state scan would
-// have after reading buf to its end, and reports whether it did; if not,
-// scan reads the frame from its first byte and decides. A value larger
+// longBulk frames the bulk string reply at buf[i] whose length has up to
+// 18 digits: it returns the offset after it, or -1 if the general rules
+// must decide (a null, a longer length, a header not whole in buf, a
+// missing CRLF after the payload). If buf ends inside its payload (or
+// before the CRLF after it), it hands the general parser the state scan
+// would have after reading buf to its end, and reports cut. A value larger
 // than a read always comes this way: its header is framed once, and the
 // reads that bring the rest of it take Read's shortcut for a blob.
-func (s *Stripper) bulkCut(buf []byte, i int) bool {
-	if buf[i] != '$' {
-		return false
-	}
+func (s *Stripper) longBulk(buf []byte, i int) (end int, cut bool) {
 	j, n := i+1, int64(0)
 	for ; j < len(buf); j++ {
 		d := buf[j] - '0'
@@ -729,7 +734,13 @@ func (s *Stripper) bulkCut(buf []byte, i int) bool {
 		n = n*10 + int64(d)
 	}
 	if j == i+1 || j-i-1 > 18 || !crlfAt(buf, j) { // at most 18 digits: n cannot overflow
-		return false
+		return -1, false
+	}
+	if e := int64(j+2) + n; e <= int64(len(buf)-2) {
+		if !crlfAt(buf, int(e)) {
+			return -1, false
+		}
+		return int(e) + 2, false
 	}
 	left := int64(j+2) + n - int64(len(buf)) // payload bytes still to come
 	switch {
@@ -740,10 +751,10 @@ func (s *Stripper) bulkCut(buf []byte, i int) bool {
 	case left == -1 && buf[len(buf)-1] == '\r':
 		s.st, s.lf = stLF, lfBlob
 	default:
-		return false
+		return -1, false
 	}
 	s.typ, s.top, s.neg, s.start, s.push = '$', '$', false, i, pushNone
-	return true
+	return len(buf), true
 }
 
 // bulkRun frames the run of whole bulk strings with lengths of one or two
