@@ -83,12 +83,22 @@ func (w *Written) Feed(p []byte) int {
 		return w.feed(p, 0, 0)
 	}
 	// The common write: whole commands of the common shape, framed by
-	// wholes alone.
-	n, i := w.wholes(p, 0)
-	if i == len(p) {
-		return n
+	// plainRun (a pipeline of GETs or SETs, all of it) and wholes.
+	n, i, e, left := plainRun(p, 0)
+	if n > 0 {
+		w.last = false // a plain command is not blocking
+		if i == len(p) {
+			return n
+		}
 	}
-	return w.feed(p, i, n)
+	if e >= 0 && w.cut(p, e, left, cmdOther) {
+		return n // a plain command cut in a payload: a value larger than the write
+	}
+	k, i := w.wholes(p, i)
+	if i == len(p) {
+		return n + k
+	}
+	return w.feed(p, i, n+k)
 }
 
 // feed is Feed from p[i:], n commands already completed in p.
@@ -221,6 +231,82 @@ cmds:
 	}
 	w.last, w.multi = last, multi
 	return n, i
+}
+
+// plainRun frames the run of whole plain commands at b[i:] and returns
+// how many and the offset after the last of them. A plain command has one
+// to nine arguments within the limits and a name of at most nine bytes
+// that classify would not single out (see special): every command of a
+// pipeline of GETs or SETs, MGETs and MSETs of up to eight keys. It is
+// neither blocking nor a MULTI's bracket, so after it the last command is
+// not blocking and the MULTI state is what it was. The loop calls nothing,
+// so the compiler keeps its state in registers; anything else (or a
+// command not whole in b) ends the run, at that command's first byte, for
+// wholes to frame by its rules. A plain command that b ends inside a
+// payload (or before a CRLF) is reported with where that payload ends and
+// how many arguments follow it (see cut); cutEnd is -1 otherwise.
+func plainRun(b []byte, i int) (n, next, cutEnd, cutLeft int) {
+	for uint(i)+10 <= uint(len(b)) {
+		v := binary.LittleEndian.Uint64(b[i : i+8])
+		args, size := int(byte(v>>8)-'0'), uint(byte(v>>40)-'0')
+		if v&0xffff00ff_ffff00ff != 0x0a0d0024_0a0d002a || uint(args-1) > 8 || size > 9 ||
+			special[size]>>((b[i+8]|0x20)&31)&1 != 0 {
+			break
+		}
+		e := i + 8 + int(size) // the CRLF after the name
+		for args--; args > 0; args-- {
+			if uint(e)+8 > uint(len(b)) {
+				return n, i, e, args
+			}
+			v := binary.LittleEndian.Uint64(b[e : e+8])
+			d1, d2 := byte(v>>24)-'0', byte(v>>32)-'0'
+			if v&0xffff00ffffff == 0x0a0d00240a0d && d1 <= 9 { // "\r\n$d\r\n"
+				e += 6 + int(d1)
+				continue
+			}
+			if v&0xffff0000ffffff == 0x0a0d0000240a0d && d1 <= 9 && d2 <= 9 { // "\r\n$dd\r\n"
+				e += 7 + int(d1)*10 + int(d2)
+				continue
+			}
+			// A longer length (a value of 100 bytes or more).
+			if uint32(v)&0xffffff != 0x240a0d { // "\r\n$"
+				return n, i, -1, 0
+			}
+			j, size := e+3, 0
+			for ; j < len(b); j++ {
+				c := b[j] - '0'
+				if c > 9 {
+					break
+				}
+				size = size*10 + int(c)
+			}
+			if j == e+3 || j-e-3 > maxLenDigits || size > MaxBulkLen || !crlfAt(b, j) {
+				return n, i, -1, 0 // wholes decides, or slow
+			}
+			e = j + 2 + size
+		}
+		if !crlfAt(b, e) {
+			return n, i, e, 0
+		}
+		n++
+		i = e + 2
+	}
+	return n, i, -1, 0
+}
+
+// special[size] has bit c set when a command name of size bytes whose
+// first letter is c (its low five bits: 'a' and 'A' are 1) may be one
+// classify singles out, up to nine bytes: WAIT, EXEC; BLPOP, BRPOP,
+// XREAD, MULTI, RESET; BLMOVE, BLMPOP, BZMPOP; WAITAOF, DISCARD;
+// BZPOPMIN, BZPOPMAX. A first byte that is not a letter may share its low
+// five bits with one: such a name is framed by wholes's rules, as a
+// classified one is.
+var special = [10]uint32{
+	4: 1<<('w'&31) | 1<<('e'&31),
+	5: 1<<('b'&31) | 1<<('x'&31) | 1<<('m'&31) | 1<<('r'&31),
+	6: 1 << ('b' & 31),
+	7: 1<<('w'&31) | 1<<('d'&31),
+	8: 1 << ('b' & 31),
 }
 
 // cut hands slow a command that b ends inside: wholes has read its count,
