@@ -468,6 +468,17 @@ func (c *conn) refloor() {
 	c.refloorOne(&c.wdl, k, false, c.raw.SetWriteDeadline)
 }
 
+// refloorAll re-applies the floor to the deadlines of every connection of
+// n, after n's relaxation started or grew (a MIGRATING, a MOVING), so that
+// a command already waiting for its reply is covered: the node's epoch
+// first, so that a deadline setter racing with it redoes its work.
+func (n *node) refloorAll() {
+	n.epoch.Add(1)
+	for _, c := range n.snapshot() {
+		c.refloor()
+	}
+}
+
 // floorAnew re-applies the floor to c's deadlines after its state changed
 // (it was retired or fenced): the node's epoch first, so that a deadline
 // setter racing with it redoes its work (see setDeadline).

@@ -270,12 +270,8 @@ func (m *Maint) startRunLocked(n *node, t *target, seq int64, successor string, 
 	}
 	m.relaxMoving(t, r.relaxBound)
 	// A command already waiting for its reply on the moving node is
-	// relaxed too (T4, as T1 relaxes one at a MIGRATING): the node's epoch
-	// first, so that a setter racing with the refloor applies again.
-	n.epoch.Add(1)
-	for _, c := range n.snapshot() {
-		c.refloor()
-	}
+	// relaxed too (T4, as T1 relaxes one at a MIGRATING).
+	n.refloorAll()
 	detail := fmt.Sprintf("identifying=%v", ident)
 	if why != "" {
 		detail += "; " + why

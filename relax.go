@@ -84,10 +84,7 @@ func (m *Maint) relax(n *node, nt resp.Notification) {
 		m.emit(Event{Kind: on, Node: n.key, Seq: nt.Seq, Name: nt.Kind.String()})
 	}
 
-	n.epoch.Add(1)
-	for _, c := range n.snapshot() {
-		c.refloor()
-	}
+	n.refloorAll()
 	m.c.relaxations.Add(1)
 	m.emit(Event{Kind: EventRelax, Node: n.key, Seq: nt.Seq, Count: open,
 		Detail: fmt.Sprintf("%v floor %v, cap %v", nt.Kind, m.s.relaxed, m.s.relaxCap)})
