@@ -242,8 +242,7 @@ func (s *Stripper) Read(r io.Reader, p []byte) (int, error) {
 	// nothing queued, held back or stashed, the stream at a frame
 	// boundary, and a read of whole replies (every Read of a command's
 	// reply, while no push comes).
-	if s.qOff == s.qEnd && s.nhold == 0 && len(s.tail) == 0 && s.err == nil && !s.dead &&
-		s.st == stType && s.want == 0 && s.push == pushNone && len(p) > 0 {
+	if s.AtBoundary() && len(p) > 0 {
 		m, err := r.Read(p)
 		if m < 0 || m > len(p) {
 			return 0, errInvalidCount
@@ -256,8 +255,7 @@ func (s *Stripper) Read(r io.Reader, p []byte) (int, error) {
 		if k, err, done := s.after(p, 0, m, from, false, err); done {
 			return k, err
 		}
-	} else if s.st == stBlob && (s.push == pushNone || s.push == pushPass) && s.qOff == s.qEnd &&
-		s.nhold == 0 && len(s.tail) == 0 && s.err == nil && !s.dead && len(p) > 0 {
+	} else if s.st == stBlob && (s.push == pushNone || s.push == pushPass) && s.nothingPending() && len(p) > 0 {
 		// Inside a blob that is passed on (a large value), and the read
 		// ends before it does: nothing to look at but the count.
 		m, err := r.Read(p)
@@ -1280,8 +1278,14 @@ func (s *Stripper) fail(buf []byte, err error) int {
 // stream starts a frame. A caller may then take whole frames off the stream
 // itself without the Stripper losing its place.
 func (s *Stripper) AtBoundary() bool {
-	return !s.dead && s.st == stType && s.want == 0 && s.push == pushNone &&
-		s.nhold == 0 && s.qOff == s.qEnd && len(s.tail) == 0 && s.err == nil
+	return s.nothingPending() && s.st == stType && s.want == 0 && s.push == pushNone
+}
+
+// nothingPending reports whether the Stripper holds nothing for the next
+// Read to return before it reads again (no queued, held-back or tail bytes,
+// no stashed error) and still parses the stream.
+func (s *Stripper) nothingPending() bool {
+	return s.qOff == s.qEnd && s.nhold == 0 && len(s.tail) == 0 && s.err == nil && !s.dead
 }
 
 // DropReply arranges for one reply to be removed from the stream: the first
