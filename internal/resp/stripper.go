@@ -723,24 +723,17 @@ func (s *Stripper) wholeReplies(buf []byte) int {
 // than a read always comes this way: its header is framed once, and the
 // reads that bring the rest of it take Read's shortcut for a blob.
 func (s *Stripper) longBulk(buf []byte, i int) (end int, cut bool) {
-	j, n := i+1, int64(0)
-	for ; j < len(buf); j++ {
-		d := buf[j] - '0'
-		if d > 9 {
-			break
-		}
-		n = n*10 + int64(d)
-	}
-	if j == i+1 || j-i-1 > 18 || !crlfAt(buf, j) { // at most 18 digits: n cannot overflow
+	at, n := bulkHeader(buf, i)
+	if at < 0 {
 		return -1, false
 	}
-	if e := int64(j+2) + n; e <= int64(len(buf)-2) {
-		if !crlfAt(buf, int(e)) {
+	if e := at + n; e <= len(buf)-2 {
+		if !crlfAt(buf, e) {
 			return -1, false
 		}
-		return int(e) + 2, false
+		return e + 2, false
 	}
-	left := int64(j+2) + n - int64(len(buf)) // payload bytes still to come
+	left := int64(at+n) - int64(len(buf)) // payload bytes still to come
 	switch {
 	case left > 0:
 		s.st, s.num = stBlob, left
@@ -1014,11 +1007,30 @@ func bulkEnd(b []byte, i int) int {
 // that), or -2 if b[i] does not start a bulk string of up to 18 length
 // digits (a null, another type, a length the general rules must judge).
 func blobEnd(b []byte, i int) int {
+	at, n := bulkHeader(b, i)
+	if at < 0 {
+		return at
+	}
+	if n > len(b)-at-2 {
+		return -1 // not complete in b
+	}
+	e := at + n
+	if b[e] != '\r' || b[e+1] != '\n' {
+		return -1
+	}
+	return e + 2
+}
+
+// bulkHeader reads the header of a bulk string at b[i], a '$', 1 to 18
+// digits and a CRLF, and returns the offset of its payload and its length;
+// at is -1 if b ends before the header's CRLF is whole, -2 if b[i] does not
+// start such a header (a null, another type, more digits).
+func bulkHeader(b []byte, i int) (at, n int) {
 	if i >= len(b) || b[i] != '$' {
-		return -2
+		return -2, 0
 	}
 	i++
-	d, n := i, 0
+	d := i
 	for ; i < len(b); i++ {
 		c := b[i] - '0'
 		if c > 9 {
@@ -1027,23 +1039,15 @@ func blobEnd(b []byte, i int) int {
 		n = n*10 + int(c)
 	}
 	if i == d || i-d > 18 {
-		return -2
+		return -2, 0
 	}
 	if len(b)-i < 2 {
-		return -1
+		return -1, 0
 	}
 	if b[i] != '\r' || b[i+1] != '\n' {
-		return -2
+		return -2, 0
 	}
-	i += 2
-	if n > len(b)-i-2 {
-		return -1 // not complete in b
-	}
-	e := i + n
-	if b[e] != '\r' || b[e+1] != '\n' {
-		return -1
-	}
-	return e + 2
+	return i + 2, n
 }
 
 // lineEnd returns the offset of the CR that ends the line whose body starts
