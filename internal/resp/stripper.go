@@ -688,7 +688,7 @@ func (s *Stripper) wholeReplies(buf []byte) int {
 			}
 		}
 		if n < 0 && buf[i] == '$' {
-			e, cut := s.longBulk(buf, i)
+			e, cut := s.longBulkReply(buf, i)
 			if cut {
 				i = len(buf)
 				break
@@ -714,7 +714,7 @@ func (s *Stripper) wholeReplies(buf []byte) int {
 	return i
 }
 
-// longBulk frames the bulk string reply at buf[i] whose length has up to
+// longBulkReply frames the bulk string reply at buf[i] whose length has up to
 // 18 digits: it returns the offset after it, or -1 if the general rules
 // must decide (a null, a longer length, a header not whole in buf, a
 // missing CRLF after the payload). If buf ends inside its payload (or
@@ -722,7 +722,7 @@ func (s *Stripper) wholeReplies(buf []byte) int {
 // would have after reading buf to its end, and reports cut. A value larger
 // than a read always comes this way: its header is framed once, and the
 // reads that bring the rest of it take Read's shortcut for a blob.
-func (s *Stripper) longBulk(buf []byte, i int) (end int, cut bool) {
+func (s *Stripper) longBulkReply(buf []byte, i int) (end int, cut bool) {
 	at, n := bulkHeader(buf, i)
 	if at < 0 {
 		return -1, false
