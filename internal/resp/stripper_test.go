@@ -823,14 +823,17 @@ type onceReader struct{ data []byte }
 func (r *onceReader) Read(p []byte) (int, error) { return copy(p, r.data), nil }
 
 // BenchmarkStripperReplies measures Stripper.Read per read of the replies a
-// command gets, each arriving whole in one read: a GET's bulk string, an
-// MGET of 100 keys, a pipeline of 100 GETs, a pub/sub message (a push that
-// is not stripped), and 10 pub/sub messages in one read.
+// command gets, each arriving whole in one read: a GET's bulk string, MGETs
+// of 100 keys (values of lengths of one digit, and of two), a pipeline of
+// 100 GETs, a pub/sub message (a push that is not stripped), and 10 pub/sub
+// messages in one read.
 func BenchmarkStripperReplies(b *testing.B) {
-	var mget, pipe []byte
+	var mget, mgetLong, pipe []byte
 	mget = AppendArrayHeader(mget, 100)
+	mgetLong = AppendArrayHeader(mgetLong, 100)
 	for i := range 100 {
 		mget = AppendBulk(mget, fmt.Sprint("value:", i))
+		mgetLong = AppendBulk(mgetLong, fmt.Sprint("a longer value, number ", i))
 		pipe = AppendBulk(pipe, fmt.Sprint("value:", i))
 	}
 	msg := []byte(">3\r\n$7\r\nmessage\r\n$7\r\nchannel\r\n$12\r\nhello, world\r\n")
@@ -841,6 +844,7 @@ func BenchmarkStripperReplies(b *testing.B) {
 	}{
 		{"get", AppendBulk(nil, "value"), 1},
 		{"mget100", mget, 1},
+		{"mget100Long", mgetLong, 1},
 		{"pipeline100", pipe, 100},
 		{"pubsub", msg, 0},
 		{"pubsub10", bytes.Repeat(msg, 10), 0},

@@ -680,7 +680,7 @@ func pipeline100() []byte {
 	return b
 }
 
-// mget100 is an MGET of 100 keys.
+// mget100 is an MGET of 100 keys of 5 and 6 bytes (lengths of one digit).
 func mget100() []byte {
 	args := []string{"mget"}
 	for i := range 100 {
@@ -689,9 +689,31 @@ func mget100() []byte {
 	return cmd(args...)
 }
 
+// mget100Mixed is an MGET of 100 keys each of whose length differs from
+// the one before it.
+func mget100Mixed() []byte {
+	args := []string{"mget"}
+	for i := range 100 {
+		args = append(args, fmt.Sprint("key:", strings.Repeat("x", i%2*8), i))
+	}
+	return cmd(args...)
+}
+
+// mget100Long is an MGET of 100 keys of 16 and 17 bytes (lengths of two
+// digits, as most keys have).
+func mget100Long() []byte {
+	args := []string{"mget"}
+	for i := range 100 {
+		args = append(args, fmt.Sprint("user:session:id:", i))
+	}
+	return cmd(args...)
+}
+
 // BenchmarkWrittenFeed measures Feed per write, as go-redis writes
-// commands: one GET, one SET of 100 bytes, pipelines of 10 and 100, an MGET
-// of 100 keys, a SET of 1 MB
+// commands: one GET, one SET of 100 bytes, pipelines of 10 and 100, MGETs
+// of 100 keys (short ones, longer ones, and ones whose length changes from
+// each key to the next: a step that remembers the last key's header pays
+// there, see docs/design.md), a SET of 1 MB
 // (the same cost as 100 bytes: payloads are skipped by length), a GET cut
 // in two writes (the byte-wise path), and a stream of mixed commands in
 // 32 KiB writes (MB/s, to compare with BenchmarkStripperThroughput).
@@ -714,6 +736,8 @@ func BenchmarkWrittenFeed(b *testing.B) {
 		{"pipeline10", cmds(pipe...), 10},
 		{"pipeline100", pipeline100(), 100},
 		{"mget100", mget100(), 1},
+		{"mget100Long", mget100Long(), 1},
+		{"mget100Mixed", mget100Mixed(), 1},
 		{"set1MB", cmd("set", "key", strings.Repeat("v", 1<<20)), 1},
 		{"blpop", cmd("blpop", "queue", "0"), 1},
 		{"xreadBlock", cmd("xread", "count", "10", "block", "100", "streams", "s", "$"), 1},
