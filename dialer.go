@@ -439,8 +439,9 @@ func (e *streamEvents) Malformed(err error) { (*conn)(e).onMalformedReply(err) }
 
 // strip reports whether a push is a maintenance notification to remove
 // from the stream: all seven names, until the Maint is closed. It is called
-// once per push frame, never for replies; a subscription's confirmation or
-// message marks the connection as a subscriber on the way.
+// once per push frame, never for replies nor for a pub/sub message (the
+// Stripper passes those on unasked); a subscription's confirmation, which
+// comes before any message, marks the connection as a subscriber on the way.
 func (c *conn) strip(name []byte) bool {
 	if _, ok := resp.KindOf(name); ok {
 		return !c.m.stopped.Load()
@@ -454,11 +455,11 @@ func (c *conn) strip(name []byte) bool {
 	return false
 }
 
-// isSubscription reports whether a push name belongs to a subscriber
-// connection (RESP3 pub/sub confirmations and messages).
+// isSubscription reports whether a push name is a RESP3 subscription's
+// confirmation, which makes its connection a subscriber's.
 func isSubscription(name []byte) bool {
 	switch string(name) {
-	case "subscribe", "psubscribe", "ssubscribe", "message", "pmessage", "smessage":
+	case "subscribe", "psubscribe", "ssubscribe":
 		return true
 	}
 	return false

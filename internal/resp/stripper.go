@@ -68,7 +68,8 @@ type Handler interface {
 	// Strip reports whether a push with this name (first element of the
 	// '>' frame) is removed from the stream. Called once per push frame.
 	// Pushes whose first element is not a bulk or simple string of at most
-	// 64 bytes are never stripped and Strip is not called.
+	// 64 bytes are never stripped and Strip is not called, and neither are
+	// pub/sub messages ("message", "smessage", "pmessage": see isMessage).
 	Strip(name []byte) bool
 	// Stripped receives each complete stripped frame.
 	Stripped(frame []byte)
@@ -663,11 +664,15 @@ func (s *Stripper) wholeReplies(buf []byte) int {
 			break
 		}
 		if c == '>' {
+			if n := messageLen(buf[i:]); n > 0 {
+				i += n // a pub/sub message: passed on, Strip not asked
+				continue
+			}
 			n, name, ok := pushFrame(buf[i:])
 			if !ok {
 				break
 			}
-			if s.H != nil && s.H.Strip(name) {
+			if s.H != nil && !isMessage(name) && s.H.Strip(name) {
 				// The general parser removes it, without asking again.
 				s.decided = true
 				break
@@ -850,6 +855,58 @@ func pushFrame(b []byte) (n int, name []byte, ok bool) {
 	default:
 		return e, name, true
 	}
+}
+
+// The first eight bytes of a pub/sub message push, and the next eight:
+// its name (RESP3: ">3" then "$7" "message", ">3" "$8" "smessage", ">4"
+// "$8" "pmessage"), read little-endian.
+var (
+	msgHead  = binary.LittleEndian.Uint64([]byte(">3\r\n$7\r\n"))
+	msgName  = binary.LittleEndian.Uint64([]byte("message\r"))
+	smsgHead = binary.LittleEndian.Uint64([]byte(">3\r\n$8\r\n"))
+	smsgName = binary.LittleEndian.Uint64([]byte("smessage"))
+	pmsgHead = binary.LittleEndian.Uint64([]byte(">4\r\n$8\r\n"))
+	pmsgName = binary.LittleEndian.Uint64([]byte("pmessage"))
+)
+
+// isMessage reports whether a push name is that of a pub/sub message:
+// "message", "smessage" or "pmessage". A subscriber receives one such push
+// per message published, and none is a maintenance notification, so the
+// Stripper passes them on without asking Strip (whose per-push cost would
+// otherwise be paid on every message).
+func isMessage(name []byte) bool {
+	switch string(name) {
+	case "message", "smessage", "pmessage":
+		return true
+	}
+	return false
+}
+
+// messageLen returns the length of the whole pub/sub message push at the
+// start of b ("message", "smessage" or "pmessage", every element after the
+// name a bulk string of up to 18 length digits), or -1 if b does not start
+// with one whole (the general rules then frame it). Strip is not asked
+// about it (see isMessage).
+func messageLen(b []byte) int {
+	if len(b) < 16 {
+		return -1
+	}
+	head, name := binary.LittleEndian.Uint64(b[:8]), binary.LittleEndian.Uint64(b[8:16])
+	var c, n int // the CRLF after the name, the elements after it
+	switch {
+	case head == msgHead && name == msgName:
+		c, n = 15, 2
+	case head == smsgHead && name == smsgName:
+		c, n = 16, 2
+	case head == pmsgHead && name == pmsgName:
+		c, n = 16, 3
+	default:
+		return -1
+	}
+	if e := bulkElems(b, c, n); e > 0 {
+		return e
+	}
+	return -1
 }
 
 // pushFrameAny is pushFrame for a push of any elements.
@@ -1187,7 +1244,7 @@ func (s *Stripper) decide(buf []byte) {
 	name := buf[s.nameAt : s.nameAt+s.nameLen]
 	strip := s.decided
 	s.decided = false
-	if !strip && s.H != nil {
+	if !strip && s.H != nil && !isMessage(name) {
 		strip = s.H.Strip(name)
 	}
 	if strip {
