@@ -21,17 +21,7 @@ func TestShortcutAsksStripOncePerPush(t *testing.T) {
 	for _, size := range []int{len(stream), 64, 17, 5, 1} {
 		var asked, stripped int
 		s := &Stripper{H: &Funcs{StripFunc: func(name []byte) bool { asked++; return stripMaint(name) }, StrippedFunc: func([]byte) { stripped++ }}}
-		var out bytes.Buffer
-		r := &chunkReader{data: []byte(stream), sizes: []int{size}}
-		buf := make([]byte, 4096)
-		for {
-			n, err := s.Read(r, buf)
-			out.Write(buf[:n])
-			if err != nil {
-				break
-			}
-		}
-		assert.Equal(t, want, out.String(), "reads of %d", size)
+		assert.Equal(t, want, readThrough(s, stream, size), "reads of %d", size)
 		assert.Equal(t, 2, asked, "Strip asked once per MOVING, never about a message, reads of %d", size)
 		assert.Equal(t, 2, stripped, "reads of %d", size)
 		assert.EqualValues(t, 5, s.Replies(), "reads of %d", size)
@@ -53,18 +43,23 @@ func TestMessagesPassWithoutAskingStrip(t *testing.T) {
 	for _, size := range []int{len(stream), 64, 17, 5, 1} {
 		var asked []string
 		s := &Stripper{H: &Funcs{StripFunc: func(name []byte) bool { asked = append(asked, string(name)); return true }}}
-		var out bytes.Buffer
-		r := &chunkReader{data: []byte(stream), sizes: []int{size}}
-		buf := make([]byte, 4096)
-		for {
-			n, err := s.Read(r, buf)
-			out.Write(buf[:n])
-			if err != nil {
-				break
-			}
-		}
-		assert.Equal(t, want, out.String(), "reads of %d", size)
+		assert.Equal(t, want, readThrough(s, stream, size), "reads of %d", size)
 		assert.Equal(t, []string{"invalidate", "invalidate"}, asked, "reads of %d", size)
 		assert.EqualValues(t, 2, s.Replies(), "reads of %d", size)
+	}
+}
+
+// readThrough reads stream through s in reads of size bytes (a 4 KiB
+// buffer) until its end, and returns what s passed on.
+func readThrough(s *Stripper, stream string, size int) string {
+	var out bytes.Buffer
+	r := &chunkReader{data: []byte(stream), sizes: []int{size}}
+	buf := make([]byte, 4096)
+	for {
+		n, err := s.Read(r, buf)
+		out.Write(buf[:n])
+		if err != nil {
+			return out.String()
+		}
 	}
 }
