@@ -113,6 +113,12 @@ type run struct {
 	stop     chan struct{} // closed when superseded
 	changed  chan struct{} // closed and replaced at every phase change: wakes doomed dials (guarded by handoffs.mu)
 	hold     atomic.Pointer[hold]
+	// pending is the hold a handoff that awaits its last call puts in
+	// force, set before the driver starts and read by it alone: in force
+	// from the last call by the clock (hold.from), whether or not the
+	// driver has woken by then, so that a driver the scheduler runs late
+	// never lets commands reach the node after its last call.
+	pending *hold
 	// probed receives the answer of a DNS probe, which runs beside the
 	// driver so that a slow or black-holed one never delays its timing.
 	probed chan bool
@@ -281,6 +287,11 @@ func (m *Maint) startRunLocked(n *node, t *target, seq int64, successor string, 
 	}
 	m.emit(Event{Kind: EventHandoff, Node: n.key, Seq: seq, Duration: window, Successor: successor, Detail: detail})
 	r.apply(first)
+	if h.Phase() == handoff.Awaiting && m.hooked.Load() {
+		r.pending = &hold{node: n.key, released: make(chan struct{}), from: h.LastCall(),
+			until: h.Deadline().Add(m.s.holdBudget)}
+		m.addHold(r.pending)
+	}
 	if !m.goBackground(r.loop) {
 		r.apply(h.Finish())
 	}
@@ -436,6 +447,7 @@ func (r *run) apply(act handoff.Action) {
 		unpinned := r.dropPinHere()
 		if !act.Has(handoff.Hold) {
 			r.tally.replaced(time.Now()) // retired without a hold: a replacement can be had
+			r.dropPending()
 		}
 		_, capAt := r.h.Retired()
 		detail := fmt.Sprintf("drain cap in %v", time.Until(capAt).Round(time.Millisecond))
@@ -445,9 +457,13 @@ func (r *run) apply(act handoff.Action) {
 		m.emit(Event{Kind: EventRetire, Node: r.n.key, Seq: r.seq, Count: n, Detail: detail})
 	}
 	if act.Has(handoff.Hold) {
-		h := &hold{node: r.n.key, released: make(chan struct{}), until: r.h.Deadline().Add(m.s.holdBudget)}
+		h := r.pending // in force since the last call already
+		if h == nil {
+			h = &hold{node: r.n.key, released: make(chan struct{}), until: r.h.Deadline().Add(m.s.holdBudget)}
+			m.addHold(h)
+		}
+		r.pending = nil
 		r.hold.Store(h)
-		m.addHold(h)
 		m.emit(Event{Kind: EventHold, Node: r.n.key, Seq: r.seq})
 	}
 	if h := r.hold.Load(); act.Has(handoff.Release) && h != nil {
@@ -483,6 +499,7 @@ func (r *run) apply(act handoff.Action) {
 		if h := r.hold.Load(); h != nil {
 			m.releaseHold(h)
 		}
+		r.dropPending()
 		if r.h.Params().Successor == "" || !r.windowOver() {
 			r.t.unpin(r.gen) // superseded, or closing: nothing to keep
 		}
@@ -498,6 +515,23 @@ func (r *run) apply(act handoff.Action) {
 	m.ho.mu.Unlock()
 }
 
+// dropPending ends the hold that was to come in force at the last call,
+// when the handoff ends or retires without one (a replacement was seen, or
+// it was superseded). Commands that waited on it meanwhile (the clock passed
+// the last call before the driver woke) go on, and are counted in the
+// report as held.
+func (r *run) dropPending() {
+	h := r.pending
+	if h == nil {
+		return
+	}
+	r.pending = nil
+	r.m.releaseHold(h)
+	if h.tally.held.Load() > 0 && r.hold.Load() == nil {
+		r.hold.Store(h)
+	}
+}
+
 // 3. Holds: what commands do while no connection can serve them.
 
 // hold is one node's period during which commands wait.
@@ -505,6 +539,7 @@ type hold struct {
 	node     string
 	released chan struct{}
 	once     sync.Once
+	from     time.Time // when it comes in force; zero: at once
 	until    time.Time // the hold budget's end, a bound for waiters
 	tally    holdTally // the commands that waited on it (report.go)
 }
@@ -544,7 +579,7 @@ func (m *Maint) waitHolds(ctx context.Context) error {
 				continue
 			default:
 			}
-			if now.Before(x.until) {
+			if now.Before(x.until) && !now.Before(x.from) {
 				h = x
 				break
 			}
