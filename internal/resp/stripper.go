@@ -672,7 +672,7 @@ func (s *Stripper) wholeReplies(buf []byte) int {
 			if !ok {
 				break
 			}
-			if s.H != nil && !isMessage(name) && s.H.Strip(name) {
+			if s.strips(name) {
 				// The general parser removes it, without asking again.
 				s.decided = true
 				break
@@ -1239,13 +1239,20 @@ func (s *Stripper) done(buf []byte, end int) {
 	s.topDone(buf, end)
 }
 
+// strips reports whether the push named name is removed: Strip's answer,
+// never asked about a pub/sub message (see isMessage). The shortcut of
+// wholeReplies and the general parser's decide both ask here.
+func (s *Stripper) strips(name []byte) bool {
+	return s.H != nil && !isMessage(name) && s.H.Strip(name)
+}
+
 // decide asks Strip about the pending push whose name just completed.
 func (s *Stripper) decide(buf []byte) {
 	name := buf[s.nameAt : s.nameAt+s.nameLen]
 	strip := s.decided
 	s.decided = false
-	if !strip && s.H != nil && !isMessage(name) {
-		strip = s.H.Strip(name)
+	if !strip {
+		strip = s.strips(name)
 	}
 	if strip {
 		s.flush(buf, s.start)
