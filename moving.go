@@ -288,8 +288,7 @@ func (m *Maint) startRunLocked(n *node, t *target, seq int64, successor string, 
 	m.emit(Event{Kind: EventHandoff, Node: n.key, Seq: seq, Duration: window, Successor: successor, Detail: detail})
 	r.apply(first)
 	if h.Phase() == handoff.Awaiting && m.hooked.Load() {
-		r.pending = &hold{node: n.key, released: make(chan struct{}), from: h.LastCall(),
-			until: h.Deadline().Add(m.s.holdBudget)}
+		r.pending = r.newHold(h.LastCall())
 		m.addHold(r.pending)
 	}
 	if !m.goBackground(r.loop) {
@@ -459,7 +458,7 @@ func (r *run) apply(act handoff.Action) {
 	if act.Has(handoff.Hold) {
 		h := r.pending // in force since the last call already
 		if h == nil {
-			h = &hold{node: r.n.key, released: make(chan struct{}), until: r.h.Deadline().Add(m.s.holdBudget)}
+			h = r.newHold(time.Time{})
 			m.addHold(h)
 		}
 		r.pending = nil
@@ -515,6 +514,13 @@ func (r *run) apply(act handoff.Action) {
 	m.ho.mu.Unlock()
 }
 
+// newHold is a hold of the run's node in force from from (zero: at once)
+// until the window's end plus the hold budget.
+func (r *run) newHold(from time.Time) *hold {
+	return &hold{node: r.n.key, released: make(chan struct{}), from: from,
+		until: r.h.Deadline().Add(r.m.s.holdBudget)}
+}
+
 // dropPending ends the hold that was to come in force at the last call,
 // when the handoff ends or retires without one (a replacement was seen, or
 // it was superseded). Commands that waited on it meanwhile (the clock passed
@@ -542,6 +548,17 @@ type hold struct {
 	from     time.Time // when it comes in force; zero: at once
 	until    time.Time // the hold budget's end, a bound for waiters
 	tally    holdTally // the commands that waited on it (report.go)
+}
+
+// inForce reports whether h makes a command wait at now: not released,
+// its last call come (from), its budget not spent (until).
+func (h *hold) inForce(now time.Time) bool {
+	select {
+	case <-h.released:
+		return false
+	default:
+	}
+	return !now.Before(h.from) && now.Before(h.until)
 }
 
 // release ends the hold for its waiters, once.
@@ -574,12 +591,7 @@ func (m *Maint) waitHolds(ctx context.Context) error {
 		var h *hold
 		now := time.Now()
 		for _, x := range *hs {
-			select {
-			case <-x.released:
-				continue
-			default:
-			}
-			if now.Before(x.until) && !now.Before(x.from) {
+			if x.inForce(now) {
 				h = x
 				break
 			}

@@ -217,12 +217,7 @@ func holdsInForce(m *Maint) int {
 	}
 	n, now := 0, time.Now()
 	for _, h := range *hs {
-		select {
-		case <-h.released:
-			continue
-		default:
-		}
-		if !now.Before(h.from) && now.Before(h.until) {
+		if h.inForce(now) {
 			n++
 		}
 	}
