@@ -67,6 +67,12 @@ type clusterState struct {
 	served atomic.Pointer[chan struct{}]
 	// maps counts the slot maps handed to go-redis (read or served).
 	maps atomic.Uint64
+	// loads counts the slot-map loads (CLUSTER SHARDS or SLOTS) the node
+	// clients' hooks saw: what tells that a reload maint asked for reached
+	// maint's answer (watchReload).
+	loads atomic.Uint64
+	// reloadWatch: a watchReload runs; unseenSaid: its warning was logged.
+	reloadWatch, unseenSaid atomic.Bool
 
 	c clusterCounters
 
@@ -132,13 +138,17 @@ const (
 	// emptiedFor bounds how long a source left with no slot keeps retiring
 	// the connections it gets.
 	emptiedFor = time.Minute
+	// reloadSeenWithin bounds how long a reload maint asks go-redis for
+	// may take to reach a node client's hooks (go-redis starts it at once,
+	// or at the end of a 200 ms cooldown: TestContractClusterLazyReload).
+	reloadSeenWithin = 5 * time.Second
 	// drainTick is how often the connections of an emptied source are
 	// looked at to close those that owe nothing.
 	drainTick = 20 * time.Millisecond
 )
 
 type clusterCounters struct {
-	smigrated, copies, stale, malformed, unapplied, reloads, served, slotMaps, contradicted, emptied, emptiedClosed atomic.Uint64
+	smigrated, copies, stale, malformed, unapplied, reloads, reloadsUnseen, served, slotMaps, contradicted, emptied, emptiedClosed atomic.Uint64
 }
 
 // ClusterStats are the counters of a cluster's maint, shared by the Maints
@@ -153,10 +163,15 @@ type ClusterStats struct {
 	// node): go-redis was asked to reload from the cluster instead.
 	Unapplied uint64
 	Reloads   uint64 // slot-map reloads maint asked the ClusterClient for
+	// ReloadsUnseen counts the reloads maint asked for that reached no
+	// node client's hooks within 5 s: maint's map could not be served
+	// (logged once at Warn). Nonzero means the SMIGRATED handoff is not
+	// in force.
+	ReloadsUnseen uint64
 	// Served counts go-redis's reloads answered from maint's map after an
-	// SMIGRATED: no CLUSTER SLOTS round trip.
+	// SMIGRATED: no CLUSTER SHARDS or SLOTS round trip.
 	Served   uint64
-	SlotMaps uint64 // CLUSTER SLOTS replies read from the cluster through the node clients
+	SlotMaps uint64 // slot-map replies (CLUSTER SHARDS or SLOTS) read from the cluster through the node clients
 	// Contradicted counts the MOVED replies that disagreed with the map
 	// maint served, which ended its serving: the cluster's map wins.
 	Contradicted uint64
@@ -176,7 +191,7 @@ func (m *Maint) ClusterStats() ClusterStats {
 	c := &cs.c
 	return ClusterStats{
 		SMigrated: c.smigrated.Load(), Copies: c.copies.Load(), Stale: c.stale.Load(),
-		Malformed: c.malformed.Load(), Unapplied: c.unapplied.Load(), Reloads: c.reloads.Load(),
+		Malformed: c.malformed.Load(), Unapplied: c.unapplied.Load(), Reloads: c.reloads.Load(), ReloadsUnseen: c.reloadsUnseen.Load(),
 		Served: c.served.Load(), SlotMaps: c.slotMaps.Load(), Contradicted: c.contradicted.Load(),
 		Emptied: c.emptied.Load(), EmptiedClosed: c.emptiedClosed.Load(),
 	}
@@ -211,8 +226,9 @@ func (cs *clusterState) bind(key any, reload func()) bool {
 }
 
 // askReload asks every bound ClusterClient to reload its slot map (lazy:
-// go-redis reloads on a goroutine of its own).
-func (cs *clusterState) askReload() {
+// go-redis reloads on a goroutine of its own), for m, which read the
+// SMIGRATED, and watches that the reload reaches maint (watchReload).
+func (cs *clusterState) askReload(m *Maint) {
 	cs.mu.Lock()
 	rs := make([]func(), 0, len(cs.reloads))
 	for _, b := range cs.reloads {
@@ -222,6 +238,45 @@ func (cs *clusterState) askReload() {
 	for _, r := range rs {
 		cs.c.reloads.Add(1)
 		r()
+	}
+	if len(rs) > 0 {
+		cs.watchReload(m)
+	}
+}
+
+// watchReload checks that a reload maint asked for reaches a node
+// client's hooks as a slot-map load (CLUSTER SHARDS or SLOTS) within
+// reloadSeenWithin, one check at a time. When none does, the seam the
+// SMIGRATED handoff rests on is not in force (a go-redis release that
+// loads its topology another way; ClusterOptions.ClusterSlots, which
+// go-redis calls instead of asking a node): go-redis still reloads, from
+// the cluster, but maint's map is never served. It is counted
+// (ClusterStats.ReloadsUnseen) and said once per cluster at Warn.
+func (cs *clusterState) watchReload(m *Maint) {
+	if !cs.reloadWatch.CompareAndSwap(false, true) {
+		return
+	}
+	before := cs.loads.Load()
+	started := m.goBackground(func() {
+		defer cs.reloadWatch.Store(false)
+		t := time.NewTimer(reloadSeenWithin)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-m.ctx.Done():
+			return
+		}
+		if cs.loads.Load() != before || m.stopped.Load() {
+			return
+		}
+		cs.c.reloadsUnseen.Add(1)
+		if cs.unseenSaid.CompareAndSwap(false, true) {
+			m.warn("go-redis's slot-map reload did not pass through maint's node hooks: the SMIGRATED handoff is not in force for this cluster (go-redis reloads from the cluster instead); is ClusterOptions.ClusterSlots set, or does this go-redis release load its topology another way?",
+				"go_redis", redis.Version(), "within", reloadSeenWithin)
+		}
+	})
+	if !started {
+		cs.reloadWatch.Store(false)
 	}
 }
 
@@ -316,7 +371,7 @@ func (cs *clusterState) onSMigrated(m *Maint, c *conn, nt resp.Notification) {
 		// No slot map seen yet: go-redis's own reload reads one.
 		cs.mu.Unlock()
 		cs.c.smigrated.Add(1)
-		cs.askReload()
+		cs.askReload(m)
 		return
 	}
 	resolved, why := cs.resolveLocked(base, moves)
@@ -326,7 +381,7 @@ func (cs *clusterState) onSMigrated(m *Maint, c *conn, nt resp.Notification) {
 		cs.mu.Unlock()
 		cs.c.unapplied.Add(1)
 		m.logf("maint: SMIGRATED %d not applied to the slot map (%s): go-redis reloads it from the cluster", nt.Seq, why)
-		cs.askReload()
+		cs.askReload(m)
 		return
 	}
 	if base.shows(resolved) {
@@ -364,7 +419,7 @@ func (cs *clusterState) onSMigrated(m *Maint, c *conn, nt resp.Notification) {
 	cs.mu.Unlock()
 
 	cs.c.smigrated.Add(1)
-	cs.askReload()
+	cs.askReload(m)
 	m.logf("maint: SMIGRATED %d acted on: %s; go-redis reloads its slot map from maint's, at no round trip",
 		nt.Seq, describeMoves(resolved))
 	for _, mb := range emptied {
@@ -459,21 +514,77 @@ func (cs *clusterState) clusterNameLocked(sm *slotMap, addr string) string {
 	return ""
 }
 
-// clusterSlots runs a CLUSTER SLOTS a node client is sent (go-redis's
-// reload, mostly): while maint serves its map, the reply is that map, with
-// no round trip; otherwise the cluster's reply, which maint keeps. A
-// request still waiting for its reply when an SMIGRATED starts the serving
+// loadCmd is a slot-map load a node client is sent: go-redis's reload
+// sends CLUSTER SHARDS from v9.24 on (CLUSTER SLOTS when the cluster
+// refuses it), CLUSTER SLOTS before (TestContractClusterReloadThroughNodeHook).
+type loadCmd interface {
+	redis.Cmder
+	// fresh returns a new command of the same kind, to send in its stead.
+	fresh(ctx context.Context) loadCmd
+	// serve sets sm as the reply.
+	serve(sm *slotMap)
+	// take sets the reply of own, a command fresh made.
+	take(own loadCmd)
+	// read returns the map own's reply gives, nil when go-redis would not
+	// take it either; origin is the node client's address.
+	read(own loadCmd, origin string, tls bool) *slotMap
+}
+
+// slotsLoad is a CLUSTER SLOTS.
+type slotsLoad struct{ *redis.ClusterSlotsCmd }
+
+func (l slotsLoad) fresh(ctx context.Context) loadCmd {
+	return slotsLoad{redis.NewClusterSlotsCmd(ctx, "cluster", "slots")}
+}
+func (l slotsLoad) serve(sm *slotMap) { l.SetErr(nil); l.SetVal(sm.slots()) }
+func (l slotsLoad) take(own loadCmd)  { l.SetVal(own.(slotsLoad).Val()) }
+func (l slotsLoad) read(own loadCmd, origin string, _ bool) *slotMap {
+	return newSlotMap(own.(slotsLoad).Val(), origin)
+}
+
+// shardsLoad is a CLUSTER SHARDS.
+type shardsLoad struct{ *redis.ClusterShardsCmd }
+
+func (l shardsLoad) fresh(ctx context.Context) loadCmd {
+	return shardsLoad{redis.NewClusterShardsCmd(ctx, "cluster", "shards")}
+}
+func (l shardsLoad) serve(sm *slotMap) { l.SetErr(nil); l.SetVal(sm.shardsReply()) }
+func (l shardsLoad) take(own loadCmd)  { l.SetVal(own.(shardsLoad).Val()) }
+func (l shardsLoad) read(own loadCmd, origin string, tls bool) *slotMap {
+	sm, err := newShardsMap(own.(shardsLoad).Val(), origin, tls)
+	if err != nil {
+		return nil
+	}
+	return sm
+}
+
+// asLoad returns cmd as a slot-map load, if it is one.
+func asLoad(cmd redis.Cmder) (loadCmd, bool) {
+	switch c := cmd.(type) {
+	case *redis.ClusterSlotsCmd:
+		return slotsLoad{c}, true
+	case *redis.ClusterShardsCmd:
+		return shardsLoad{c}, true
+	}
+	return nil, false
+}
+
+// load runs a slot-map load a node client is sent (go-redis's reload,
+// mostly): while maint serves its map, the reply is that map, with no
+// round trip; otherwise the cluster's reply, which maint keeps. A request
+// still waiting for its reply when an SMIGRATED starts the serving
 // (go-redis reloading on a MOVED, its request queued behind a busy
 // source's pool) is answered with the served map at once: go-redis folds
 // the reload maint asks for into the one running
 // (TestContractClusterLazyReload). The cluster's reply, when it comes, is
 // still kept.
-func (cs *clusterState) clusterSlots(ctx context.Context, m *Maint, cmd *redis.ClusterSlotsCmd, next redis.ProcessHook) error {
+func (cs *clusterState) load(ctx context.Context, m *Maint, cmd loadCmd, next redis.ProcessHook) error {
+	cs.loads.Add(1)
 	if cs.serveTo(m, cmd) {
 		return nil
 	}
 	sig := cs.servedSignal()
-	own := redis.NewClusterSlotsCmd(ctx, "cluster", "slots")
+	own := cmd.fresh(ctx)
 	done := make(chan error, 1)
 	go func() { // ends with next: bounded by go-redis's timeouts
 		err := next(ctx, own)
@@ -488,11 +599,11 @@ func (cs *clusterState) clusterSlots(ctx context.Context, m *Maint, cmd *redis.C
 			cmd.SetErr(err)
 			return err
 		}
-		cs.sawSlotMap(m, own.Val())
+		cs.sawSlotMap(m, cmd, own)
 		if cs.serveTo(m, cmd) {
 			return nil // an SMIGRATED came while the reply was on its way
 		}
-		cmd.SetVal(own.Val())
+		cmd.take(own)
 		return nil
 	case <-sig:
 		if cs.serveTo(m, cmd) {
@@ -503,22 +614,21 @@ func (cs *clusterState) clusterSlots(ctx context.Context, m *Maint, cmd *redis.C
 			cmd.SetErr(err)
 			return err
 		}
-		cs.sawSlotMap(m, own.Val())
-		cmd.SetVal(own.Val())
+		cs.sawSlotMap(m, cmd, own)
+		cmd.take(own)
 		return nil
 	}
 }
 
 // serveTo answers cmd with the map maint serves, if it serves one now.
-func (cs *clusterState) serveTo(m *Maint, cmd *redis.ClusterSlotsCmd) bool {
+func (cs *clusterState) serveTo(m *Maint, cmd loadCmd) bool {
 	s := cs.serve.Load()
 	if s == nil || s.until <= monoNow() {
 		return false
 	}
-	cmd.SetErr(nil)
-	cmd.SetVal(s.sm.slots())
+	cmd.serve(s.sm)
 	cs.c.served.Add(1)
-	cs.hand(m, s.sm, nil)
+	cs.hand(m, s.sm, false)
 	return true
 }
 
@@ -543,33 +653,35 @@ func (cs *clusterState) servedSignal() <-chan struct{} {
 	}
 }
 
-// sawSlotMap keeps a CLUSTER SLOTS reply read from the cluster through m's
-// node client: the slot map go-redis is about to use. While maint serves
-// its map, the reply was asked before the SMIGRATED came: the moves are
-// done on it again.
-func (cs *clusterState) sawSlotMap(m *Maint, slots []redis.ClusterSlot) {
+// sawSlotMap keeps a slot-map reply read from the cluster through m's
+// node client (own, a fresh load of cmd's kind): the slot map go-redis is
+// about to use. While maint serves its map, the reply was asked before the
+// SMIGRATED came: the moves are done on it again.
+func (cs *clusterState) sawSlotMap(m *Maint, cmd, own loadCmd) {
 	cs.mu.Lock()
-	origin := ""
+	origin, tls := "", false
 	for _, mb := range cs.members {
 		if mb.m == m {
 			origin = mb.addr
+			if mb.rdb != nil {
+				tls = mb.rdb.Options().TLSConfig != nil
+			}
 		}
 	}
 	cs.mu.Unlock()
-	sm := newSlotMap(slots, origin)
+	sm := cmd.read(own, origin, tls)
 	if sm == nil {
 		return
 	}
-	cs.hand(m, sm, slots)
+	cs.hand(m, sm, true)
 }
 
 // hand records sm as the slot map go-redis was handed through m's node
-// client (read from the cluster: read is the reply), and tells the
-// watchers.
-func (cs *clusterState) hand(m *Maint, sm *slotMap, read []redis.ClusterSlot) {
+// client (read from the cluster, or served), and tells the watchers.
+func (cs *clusterState) hand(m *Maint, sm *slotMap, read bool) {
 	now := monoNow()
 	cs.mu.Lock()
-	if read == nil {
+	if !read {
 		// Served: go-redis names its nodes relative to the node it asked.
 		cp := *sm
 		for _, mb := range cs.members {
@@ -581,7 +693,7 @@ func (cs *clusterState) hand(m *Maint, sm *slotMap, read []redis.ClusterSlot) {
 	}
 	before := cs.currentLocked(now) // the served map, if any: what go-redis was to have
 	cs.handed = sm
-	if s := cs.serve.Load(); s != nil && s.until > now && read != nil {
+	if s := cs.serve.Load(); s != nil && s.until > now && read {
 		if moves, why := cs.resolveLocked(sm, s.moves); why == "" {
 			cs.serve.Store(&serving{sm: sm.moved(moves), moves: s.moves, until: s.until})
 		} else {
@@ -591,7 +703,7 @@ func (cs *clusterState) hand(m *Maint, sm *slotMap, read []redis.ClusterSlot) {
 	cs.maps.Add(1)
 	maps := cs.maps.Load() - 1 // this map is the reload
 	var emptied []*clusterMember
-	if read != nil {
+	if read {
 		cs.markGoneLocked(sm, now)
 	}
 	after := sm.masters()
@@ -600,7 +712,7 @@ func (cs *clusterState) hand(m *Maint, sm *slotMap, read []redis.ClusterSlot) {
 		switch {
 		case ok && after[n.Addr]:
 			mb.m.emptied.clear() // it owns slots (again)
-		case read != nil && before != nil && cs.masteredLocked(before, mb.addr):
+		case read && before != nil && cs.masteredLocked(before, mb.addr):
 			emptied = append(emptied, mb)
 		}
 	}

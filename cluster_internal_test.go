@@ -62,7 +62,7 @@ func newClusterFixture(t testing.TB) *clusterFixture {
 	f.src, f.cSrc = mk(srcAddr)
 	f.dst, f.cDst = mk(dstAddr)
 	f.third, f.cThrd = mk(thirdAddr)
-	f.cs.sawSlotMap(f.src, fixtureMap())
+	sawSlots(f.cs, f.src, fixtureMap())
 	return f
 }
 
@@ -232,7 +232,7 @@ func TestSlotMapInFlightGetsMoves(t *testing.T) {
 	assert.Equal(t, dstAddr, masterOf(cmd.Val(), 50), "go-redis installs the reply: it has the moves")
 	assert.Equal(t, srcAddr, masterOf(cmd.Val(), 101))
 
-	f.cs.sawSlotMap(f.dst, fixtureMap()) // another reply, asked before
+	sawSlots(f.cs, f.dst, fixtureMap()) // another reply, asked before
 	assert.Equal(t, dstAddr, masterOf(f.reload(t, f.src, nil), 50))
 }
 
@@ -299,7 +299,7 @@ func movedMap() []redis.ClusterSlot {
 // A source that disappears from the slot map is retired too.
 func TestSourceGoneFromSlotMapIsRetired(t *testing.T) {
 	f := newClusterFixture(t)
-	f.cs.sawSlotMap(f.dst, movedMap())
+	sawSlots(f.cs, f.dst, movedMap())
 	require.Eventually(t, func() bool { return f.cSrc.state.Load() == stateClosed }, testWait, testTick)
 	assert.Equal(t, stateActive, f.cDst.state.Load())
 }
@@ -344,7 +344,7 @@ func TestSMigratingRelaxesReplicas(t *testing.T) {
 	cR := r.wrap(r.target(replicaAddr), &fakeConn{remote: replicaAddr}, replicaAddr)
 	withReplica := fixtureMap()
 	withReplica[0].Nodes = append(withReplica[0].Nodes, redis.ClusterNode{Addr: replicaAddr})
-	f.cs.sawSlotMap(f.src, withReplica)
+	sawSlots(f.cs, f.src, withReplica)
 
 	f.cSrc.onNotification(resp.AppendSMigrating(nil, 90, "0-100"))
 	assert.True(t, f.cSrc.n.relaxing())
@@ -388,10 +388,10 @@ func TestClusterTablesBoundedOverManyAddresses(t *testing.T) {
 		a := "127.1." + strconv.Itoa(i/250%250) + "." + strconv.Itoa(i%250+1) + ":" + strconv.Itoa(1+i%65535)
 		f.cSrc.onNotification(resp.AppendSMigrated(nil, int64(1000+i), []resp.SlotMove{{Src: a, Dst: a, Slots: "0-10"}}))
 		if i%1000 == 0 {
-			f.cs.sawSlotMap(f.src, []redis.ClusterSlot{
+			sawSlots(f.cs, f.src, []redis.ClusterSlot{
 				{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: a}, {Addr: srcAddr}}},
 			})
-			f.cs.sawSlotMap(f.src, fixtureMap())
+			sawSlots(f.cs, f.src, fixtureMap())
 		}
 		f.cs.bind(i, func() {})
 	}

@@ -1,10 +1,11 @@
 package maint_test
 
 // Contract tests of go-redis's ClusterClient: what maint's cluster handling
-// (cluster.go) relies on in go-redis v9.23. maint routes nothing: it makes
-// go-redis's slot map right at an SMIGRATED by answering the CLUSTER SLOTS
-// of go-redis's reload from a node client's hook, and lets go-redis route,
-// follow MOVED and ASK, run hooks and retry.
+// (cluster.go) relies on in go-redis v9.23.0 and v9.24.0. maint routes
+// nothing: it makes go-redis's slot map right at an SMIGRATED by answering
+// the slot-map load of go-redis's reload (CLUSTER SHARDS or SLOTS) from a
+// node client's hook, and lets go-redis route, follow MOVED and ASK, run
+// hooks and retry.
 
 import (
 	"context"
@@ -26,31 +27,60 @@ import (
 )
 
 // slotMapHook is on every node client of a contract test's ClusterClient:
-// it counts the CLUSTER SLOTS go-redis sends, and answers them itself with
-// serve's map when set (what maint does after an SMIGRATED).
+// it counts the slot-map loads go-redis sends (CLUSTER SHARDS from v9.24
+// on, CLUSTER SLOTS before: both are counted in sent and replied), and
+// answers them itself with serve's map when set (what maint does after an
+// SMIGRATED).
 type slotMapHook struct {
 	sent, served atomic.Int64
-	replied      atomic.Int64 // CLUSTER SLOTS sent and answered (next returned)
-	serve        atomic.Pointer[[]redis.ClusterSlot]
+	replied      atomic.Int64 // loads sent and answered (next returned)
+	slots        atomic.Int64 // of sent, the CLUSTER SLOTS
+	shards       atomic.Int64 // of sent, the CLUSTER SHARDS
+	serve        atomic.Pointer[servedMap]
 	block        atomic.Pointer[chan struct{}] // when set, a reload waits on it
+	// refuseShards answers CLUSTER SHARDS with an error, as a server or
+	// an ACL without the command does.
+	refuseShards atomic.Bool
+}
+
+// servedMap is a slot map in both forms a node hook may be asked for.
+type servedMap struct {
+	slots  []redis.ClusterSlot
+	shards []redis.ClusterShard
 }
 
 func (h *slotMapHook) hook() redis.Hook {
 	return funcHook{process: func(next redis.ProcessHook) redis.ProcessHook {
 		return func(ctx context.Context, cmd redis.Cmder) error {
-			sc, ok := cmd.(*redis.ClusterSlotsCmd)
-			if !ok {
+			switch cmd.(type) {
+			case *redis.ClusterSlotsCmd, *redis.ClusterShardsCmd:
+			default:
 				return next(ctx, cmd)
 			}
 			if b := h.block.Load(); b != nil {
 				<-*b
 			}
+			if sc, ok := cmd.(*redis.ClusterShardsCmd); ok && h.refuseShards.Load() {
+				h.shards.Add(1)
+				sc.SetErr(errors.New("ERR unknown subcommand 'shards'"))
+				return sc.Err()
+			}
 			if m := h.serve.Load(); m != nil {
 				h.served.Add(1)
-				sc.SetVal(*m)
+				switch c := cmd.(type) {
+				case *redis.ClusterSlotsCmd:
+					c.SetVal(m.slots)
+				case *redis.ClusterShardsCmd:
+					c.SetVal(m.shards)
+				}
 				return nil
 			}
 			h.sent.Add(1)
+			if _, ok := cmd.(*redis.ClusterShardsCmd); ok {
+				h.shards.Add(1)
+			} else {
+				h.slots.Add(1)
+			}
 			err := next(ctx, cmd)
 			h.replied.Add(1)
 			return err
@@ -94,14 +124,16 @@ func (ec *emuCluster) moved() int64 {
 	return n
 }
 
-// slotMap is the emulated cluster's map now, as CLUSTER SLOTS gives it.
-func (ec *emuCluster) slotMap(t *testing.T) []redis.ClusterSlot {
+// slotMap is the emulated cluster's map now, in both forms.
+func (ec *emuCluster) slotMap(t *testing.T) *servedMap {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: ec.cl.Addrs()[0], Dialer: ec.emu.Dialer(), Protocol: 3})
 	defer c.Close()
 	slots, err := c.ClusterSlots(context.Background()).Result()
 	require.NoError(t, err)
-	return slots
+	shards, err := c.ClusterShards(context.Background()).Result()
+	require.NoError(t, err)
+	return &servedMap{slots: slots, shards: shards}
 }
 
 // keyOn returns a key (with prefix) whose slot ep owns.
@@ -114,32 +146,54 @@ func (ec *emuCluster) keyOn(ep *mainttest.Endpoint, prefix string) string {
 	}
 }
 
-// go-redis reloads its slot map with CLUSTER SLOTS sent through a node
-// client, whose hooks see the *redis.ClusterSlotsCmd: the first load, and
-// the reload ReloadState asks for. That is where maint keeps the slot map
-// and answers the reload an SMIGRATED asks for (cluster.go clusterSlots).
+// go-redis loads its slot map with a command sent through a node client,
+// whose hooks see it: the first load, and the reload ReloadState asks for.
+// From v9.24.0 on it is a *redis.ClusterShardsCmd, with a
+// *redis.ClusterSlotsCmd through the same hooks when the node refuses
+// CLUSTER SHARDS; before, a *redis.ClusterSlotsCmd only. That is where
+// maint keeps the slot map and answers the reload an SMIGRATED asks for
+// (cluster.go load). Checked on v9.23.0 and v9.24.0.
 func TestContractClusterReloadThroughNodeHook(t *testing.T) {
 	ec := newEmuCluster(t, nil)
-	require.Positive(t, ec.h.sent.Load(), "the first slot map no longer comes through a node client's hooks as a ClusterSlotsCmd")
+	shardsFirst := goRedisAtLeast(9, 24)
+	require.Positive(t, ec.h.sent.Load(), "the first slot map no longer comes through a node client's hooks")
+	if shardsFirst {
+		require.Positive(t, ec.h.shards.Load(), "go-redis %s no longer loads its first slot map with CLUSTER SHARDS", redis.Version())
+		assert.Zero(t, ec.h.slots.Load(), "go-redis %s sent CLUSTER SLOTS although the node answered CLUSTER SHARDS", redis.Version())
+	} else {
+		require.Positive(t, ec.h.slots.Load(), "go-redis %s no longer loads its first slot map with CLUSTER SLOTS", redis.Version())
+		assert.Zero(t, ec.h.shards.Load(), "go-redis %s loads its slot map with CLUSTER SHARDS: maint answers it (cluster.go asLoad), update this test's release line", redis.Version())
+	}
 	n := ec.h.sent.Load()
 	ec.cc.ReloadState(context.Background())
 	require.Eventually(t, func() bool { return ec.h.sent.Load() > n }, 5*time.Second, 5*time.Millisecond,
 		"ReloadState no longer reloads through a node client's hooks")
+	if !shardsFirst {
+		return
+	}
+	// A node that refuses CLUSTER SHARDS: CLUSTER SLOTS follows, through
+	// the same hooks.
+	time.Sleep(250 * time.Millisecond) // past the reload's cooldown
+	ec.h.refuseShards.Store(true)
+	slots := ec.h.slots.Load()
+	ec.cc.ReloadState(context.Background())
+	require.Eventually(t, func() bool { return ec.h.slots.Load() > slots }, 5*time.Second, 5*time.Millisecond,
+		"a refused CLUSTER SHARDS is no longer followed by a CLUSTER SLOTS through the node client's hooks")
 }
 
-// A node client's hook that answers go-redis's CLUSTER SLOTS itself (the
-// reply set, next not called) gives go-redis its slot map: no CLUSTER SLOTS
-// reaches a node, and commands go straight to the owners it names, with no
-// MOVED. That is the reload at no round trip maint serves after an
-// SMIGRATED.
+// A node client's hook that answers go-redis's slot-map load itself (the
+// reply set, next not called; CLUSTER SHARDS from v9.24.0 on, CLUSTER SLOTS
+// before) gives go-redis its slot map: no load reaches a node, and
+// commands go straight to the owners it names, with no MOVED. That is the
+// reload at no round trip maint serves after an SMIGRATED. Checked on
+// v9.23.0 and v9.24.0.
 func TestContractClusterNodeHookServesSlotMap(t *testing.T) {
 	ec := newEmuCluster(t, nil)
 	ctx := context.Background()
 	n0, n1 := ec.cl.Nodes()[0], ec.cl.Nodes()[1]
 	k := ec.keyOn(n0, "k")
 	require.NoError(t, ec.cl.SetOwner(strconv.Itoa(mainttest.KeySlot(k)), n1)) // no notification
-	m := ec.slotMap(t)
-	ec.h.serve.Store(&m)
+	ec.h.serve.Store(ec.slotMap(t))
 	maps := n0.Stats().Cluster.SlotMaps + n1.Stats().Cluster.SlotMaps + ec.cl.Nodes()[2].Stats().Cluster.SlotMaps
 	time.Sleep(250 * time.Millisecond) // past the first load's cooldown
 	ec.cc.ReloadState(ctx)
@@ -153,7 +207,7 @@ func TestContractClusterNodeHookServesSlotMap(t *testing.T) {
 	require.NoError(t, ec.cc.Incr(ctx, k).Err())
 	assert.Equal(t, moved, ec.moved(), "a MOVED: go-redis did not route by the map served")
 	assert.Equal(t, maps, n0.Stats().Cluster.SlotMaps+n1.Stats().Cluster.SlotMaps+ec.cl.Nodes()[2].Stats().Cluster.SlotMaps,
-		"a CLUSTER SLOTS reached a node")
+		"a slot-map load reached a node")
 }
 
 // ReloadState is lazy: it returns at once and go-redis reloads on a
@@ -163,7 +217,8 @@ func TestContractClusterNodeHookServesSlotMap(t *testing.T) {
 // reload as it reads the SMIGRATED (from the goroutine reading the
 // connection: it must not block), and a CLUSTER SLOTS already in flight
 // then gets the SMIGRATED's moves done on its reply (cluster.go hand); it
-// serves its map for serveFor (1 s), past the cooldown.
+// serves its map for serveFor (1 s), past the cooldown. Checked on v9.23.0
+// and v9.24.0 (whose concurrent reloads share one load).
 func TestContractClusterLazyReload(t *testing.T) {
 	ec := newEmuCluster(t, nil)
 	time.Sleep(250 * time.Millisecond) // past the first load's cooldown
@@ -196,7 +251,8 @@ func TestContractClusterLazyReload(t *testing.T) {
 // pipeline (in the order written), a transaction (whole, on the new owner)
 // and Watch (the whole function again), and reloads its slot map. That is
 // what commands racing maint's reload meet: one round trip, never a
-// failure. With MaxRedirects -1 a MOVED is go-redis's own error.
+// failure. With MaxRedirects -1 a MOVED is go-redis's own error. Checked on
+// v9.23.0 and v9.24.0.
 func TestContractClusterFollowsMoved(t *testing.T) {
 	ec := newEmuCluster(t, nil)
 	ctx := context.Background()

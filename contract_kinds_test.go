@@ -7,6 +7,7 @@ package maint_test
 import (
 	"context"
 	"net"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -126,8 +127,11 @@ func TestContractFailoverMinIdleDialsBeforeHook(t *testing.T) {
 
 // The Cluster route relies on ClusterOptions.NewClient creating every node
 // client, with options maint can configure before the client exists, and
-// on ClusterClient.Options returning the options passed in (Instrument
-// recognises options it configured).
+// on ClusterClient.Options returning the options passed in (v9.23.0) or,
+// from v9.24.0 on, a copy of them with the same NewClient: Instrument and
+// ConfigureCluster recognise options a Group configured by their
+// NewClient (madeByGroup) and find the cluster state through the node
+// clients it made (bindThroughNodes). Checked on v9.23.0 and v9.24.0.
 func TestContractClusterNewClient(t *testing.T) {
 	e := newEnv(t)
 	var mu sync.Mutex
@@ -147,7 +151,13 @@ func TestContractClusterNewClient(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	assert.NotEmpty(t, made, "ClusterOptions.NewClient makes the node clients")
-	assert.Same(t, opt, cc.Options(), "ClusterClient.Options returns the options passed to NewClusterClient")
+	if goRedisAtLeast(9, 24) {
+		assert.NotSame(t, opt, cc.Options(), "go-redis %s: ClusterClient.Options returns the options passed in again", redis.Version())
+	} else {
+		assert.Same(t, opt, cc.Options(), "go-redis %s: ClusterClient.Options no longer returns the options passed to NewClusterClient", redis.Version())
+	}
+	assert.Equal(t, reflect.ValueOf(opt.NewClient).Pointer(), reflect.ValueOf(cc.Options().NewClient).Pointer(),
+		"ClusterClient.Options no longer carries the NewClient it was given")
 }
 
 // The Ring route and the sweeper rely on: RingOptions.NewClient creating

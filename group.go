@@ -219,6 +219,13 @@ func (g *Group) ConfigureCluster(opt *redis.ClusterOptions) {
 }
 
 func (g *Group) configureCluster(opt *redis.ClusterOptions) *clusterState {
+	if madeByGroup(opt.NewClient) {
+		// The options of a ClusterClient a Group configured
+		// (ClusterClient.Options, a copy from go-redis v9.24 on): its node
+		// clients are served already (nil: a copy, whose state its node
+		// clients lead to: bindThroughNodes).
+		return g.clusterOf(opt)
+	}
 	if !claimKind(g, opt) {
 		return g.clusterOf(opt)
 	}
@@ -248,8 +255,11 @@ var nodeClientCode = reflect.ValueOf((&nodeMaker{}).newClient).Pointer()
 func (g *Group) NewClusterClient(opt *redis.ClusterOptions) *redis.ClusterClient {
 	cs := g.configureCluster(opt)
 	cc := redis.NewClusterClient(opt)
-	if cs != nil {
+	switch {
+	case cs != nil:
 		bindCluster(cs, cc)
+	case madeByGroup(opt.NewClient):
+		g.bindThroughNodes(cc, false)
 	}
 	return cc
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/maintkit/maint/internal/resp"
@@ -158,4 +159,12 @@ func wrapDL(t *testing.T, m *Maint, remote string, script []byte) (*conn, *dlCon
 	t.Helper()
 	raw := &dlConn{fakeConn: fakeConn{r: bytes.NewReader(script), remote: remote}}
 	return m.wrap(m.target("redis.test:6379"), raw, remote), raw
+}
+
+// sawSlots hands cs a CLUSTER SLOTS reply read from the cluster through m's
+// node client.
+func sawSlots(cs *clusterState, m *Maint, slots []redis.ClusterSlot) {
+	own := slotsLoad{redis.NewClusterSlotsCmd(context.Background(), "cluster", "slots")}
+	own.SetVal(slots)
+	cs.sawSlotMap(m, own, own)
 }

@@ -85,9 +85,9 @@ func (m *Maint) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	m.hooked.Store(true)
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if cs := m.s.cluster; cs != nil {
-			if sc, ok := cmd.(*redis.ClusterSlotsCmd); ok {
+			if lc, ok := asLoad(cmd); ok {
 				// Before any hold: a map served needs no connection.
-				return cs.clusterSlots(ctx, m, sc, func(ctx context.Context, cmd redis.Cmder) error {
+				return cs.load(ctx, m, lc, func(ctx context.Context, cmd redis.Cmder) error {
 					if err := m.waitTurn(ctx); err != nil {
 						cmd.SetErr(err)
 						return err

@@ -3,6 +3,7 @@ package maint
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -91,9 +92,17 @@ func (g *Group) instrumentClient(c *redis.Client) {
 }
 
 func (g *Group) instrumentCluster(c *redis.ClusterClient) {
-	cs := g.clusterOf(c.Options())
+	opt := c.Options()
+	cs := g.clusterOf(opt)
 	if cs != nil {
 		bindCluster(cs, c)
+		return
+	}
+	if madeByGroup(opt.NewClient) {
+		// Options configured by a Group, returned as a copy (go-redis
+		// v9.24 on: TestContractClusterNewClient): the node clients its
+		// NewClient makes carry their cluster state.
+		g.bindThroughNodes(c, true)
 		return
 	}
 	cs = &clusterState{}
@@ -118,6 +127,35 @@ func (g *Group) instrumentCluster(c *redis.ClusterClient) {
 	// A reload at once, through the node clients maint now watches: the
 	// slot map maint keeps, so that the first SMIGRATED is served.
 	c.ReloadState(context.Background())
+}
+
+// bindThroughNodes binds c to the cluster state of its node clients that
+// g made (ConfigureCluster's NewClient), those it makes from now on and,
+// when existing, those it has: c's options are a copy of the ones g
+// configured, which no longer lead to the state.
+func (g *Group) bindThroughNodes(c *redis.ClusterClient, existing bool) {
+	var bound atomic.Bool
+	bind := func(node *redis.Client) {
+		g.mu.Lock()
+		var cs *clusterState
+		if mb := g.byCli[node]; mb != nil {
+			cs = mb.m.s.cluster
+		}
+		g.mu.Unlock()
+		if cs != nil && bound.CompareAndSwap(false, true) {
+			bindCluster(cs, c)
+		}
+	}
+	c.OnNewNode(bind)
+	if !existing {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = c.ForEachShard(ctx, func(_ context.Context, node *redis.Client) error {
+		bind(node)
+		return nil
+	})
 }
 
 func (g *Group) instrumentRing(c *redis.Ring) {
