@@ -79,6 +79,7 @@ func reshard(t *testing.T, maxRetries int, remove, options bool, tune ...func(*r
 	// before maint read the SMIGRATED, at most (contract_cluster_test.go).
 	assert.LessOrEqual(t, ce.slotMaps()-mapsBefore, int64(1), "slot-map round trips for the SMIGRATED")
 	ce.contradictionsOnlyAhead(t)
+	assert.Zero(t, cst.ReloadsUnseen, "a reload maint asked for that reached no node hook")
 	if remove {
 		assert.Zero(t, src.Stats().Cluster.ClosedAtRemoval, "connections the removed endpoint had to close")
 		assert.Zero(t, src.Stats().OwedAtClose, "replies owed when the removed endpoint closed")

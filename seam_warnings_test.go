@@ -1,0 +1,102 @@
+package maint_test
+
+// A seam maint relies on that does not behave at run time as maint expects
+// is said once at Warn and counted, so that an operator can see which part
+// of maint is not in force.
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/maintkit/maint"
+	"github.com/maintkit/maint/mainttest"
+)
+
+// go-redis's slot-map reload that never reaches maint's hooks on the node
+// clients (here a hook of the application's, outside maint's, answers it
+// from a client of its own, as go-redis's ClusterOptions.ClusterSlots or a
+// release that loaded its topology another way would): each SMIGRATED's
+// reload is counted in ReloadsUnseen, the first said at Warn, once;
+// commands still succeed (go-redis follows the MOVEDs).
+func TestClusterReloadNotThroughHooksIsSaid(t *testing.T) {
+	emu, err := mainttest.New(mainttest.Config{Logf: t.Logf})
+	require.NoError(t, err)
+	defer emu.Close()
+	cl, err := emu.NewCluster(mainttest.ClusterConfig{})
+	require.NoError(t, err)
+	direct := redis.NewClient(&redis.Options{Addr: cl.Addrs()[0], Dialer: emu.Dialer(), Protocol: 3})
+	defer direct.Close()
+	answer := funcHook{process: func(next redis.ProcessHook) redis.ProcessHook {
+		return func(ctx context.Context, cmd redis.Cmder) error {
+			switch c := cmd.(type) {
+			case *redis.ClusterShardsCmd:
+				v, err := direct.ClusterShards(ctx).Result()
+				c.SetVal(v)
+				c.SetErr(err)
+				return err
+			case *redis.ClusterSlotsCmd:
+				v, err := direct.ClusterSlots(ctx).Result()
+				c.SetVal(v)
+				c.SetErr(err)
+				return err
+			}
+			return next(ctx, cmd)
+		}
+	}}
+	opt := &redis.ClusterOptions{Addrs: cl.Addrs(), Dialer: emu.Dialer(), Protocol: 3,
+		NewClient: func(o *redis.Options) *redis.Client {
+			c := redis.NewClient(o)
+			c.AddHook(answer) // before maint's: outside it
+			return c
+		}}
+	logs := &records{level: slog.LevelWarn}
+	g := maint.NewGroup(maint.WithLogger(slog.New(logs)))
+	defer g.Close()
+	cc := g.NewClusterClient(opt)
+	defer cc.Close()
+	ctx := context.Background()
+	require.NoError(t, cc.Ping(ctx).Err())
+	n0, n1 := cl.Nodes()[0], cl.Nodes()[1]
+	for i := range 10 {
+		require.NoError(t, cc.Set(ctx, "k"+string(rune('a'+i)), "v", 0).Err())
+	}
+
+	unseen := func() uint64 {
+		var n uint64
+		for _, m := range g.Maints() {
+			n = max(n, m.ClusterStats().ReloadsUnseen)
+		}
+		return n
+	}
+	said := func() int {
+		n := 0
+		for msg, c := range logs.byMessage() {
+			if strings.Contains(msg, "did not pass through maint's node hooks") {
+				n += c
+			}
+		}
+		return n
+	}
+	for i, slots := range []string{"0-100", "101-200"} {
+		_, err := cl.MigrateSlots(mainttest.SlotMigration{From: n0, To: n1, Slots: slots, Duration: 100 * time.Millisecond})
+		require.NoError(t, err)
+		waitFor(t, "the reload counted unseen", 20*time.Second, func() bool {
+			// Commands read the SMIGRATED on the connections they use.
+			for j := range 10 {
+				_ = cc.Get(ctx, "k"+string(rune('a'+j))).Err()
+			}
+			return unseen() == uint64(i+1)
+		})
+	}
+	assert.Equal(t, 1, said(), "said once")
+	for i := range 10 {
+		assert.NoError(t, cc.Get(ctx, "k"+string(rune('a'+i))).Err(), "go-redis follows the cluster")
+	}
+}
