@@ -84,7 +84,11 @@
 //	                was relaxed: on a busy machine, before the SMIGRATING is
 //	                read, go-redis's own retry then runs a write twice); JSON
 //	                under "reshard". --check also fails on a write maint ran
-//	                twice or lost there.
+//	                twice or lost there, on a run whose SMIGRATED handoff was
+//	                not in force (an SMIGRATED acted on and no reload
+//	                answered from maint's map: maint_handoff_off), and on a
+//	                connection of maint's the removed node had to close
+//	                (maint_removed_node_closed).
 //	failover        go-redis's FailoverClient through an emulated Discovery
 //	                Service (three nodes): a null MOVING of the master named
 //	                0.5s after the window, then a failover (FAILING_OVER,
@@ -265,5 +269,7 @@
 //
 // 0 on success; 1 when --check is given and maint failed at least one
 // command or left one unstarted outside migrating (in the soak: or lost, duplicated or mixed
-// up a write); 2 for bad flags or when the emulator cannot start.
+// up a write; in the reshard: or ran a write twice, lost one, had its
+// SMIGRATED handoff not in force, or left the removed node a connection
+// to close); 2 for bad flags or when the emulator cannot start.
 package main

@@ -277,6 +277,11 @@ func run(args []string, stdout io.Writer, stderr *os.File) int {
 		fmt.Fprintf(stderr, "maintdemo: check failed: in the reshard maint ran twice or lost %d writes\n", rep.Reshard.MaintWritesWrong)
 		return 1
 	}
+	if s.check && rep.Reshard != nil && (rep.Reshard.MaintHandoffOff > 0 || rep.Reshard.MaintRemovedClosed > 0) {
+		fmt.Fprintf(stderr, "maintdemo: check failed: in the reshard maint's SMIGRATED handoff was not in force in %d runs (go-redis %s), and the removed node closed %d of maint's connections\n",
+			rep.Reshard.MaintHandoffOff, redis.Version(), rep.Reshard.MaintRemovedClosed)
+		return 1
+	}
 	return 0
 }
 

@@ -158,6 +158,13 @@ type reshardReport struct {
 	// MaintWritesWrong counts maint's writes run twice and acknowledged
 	// writes lost, over its runs (--check fails on any).
 	MaintWritesWrong int64 `json:"maint_writes_wrong"`
+	// MaintHandoffOff counts maint's runs whose SMIGRATED handoff was not
+	// in force: an SMIGRATED acted on whose reload go-redis never had
+	// answered from maint's map (--check fails on any).
+	MaintHandoffOff int `json:"maint_handoff_off"`
+	// MaintRemovedClosed counts the connections the removed node had to
+	// close in maint's runs (--check fails on any).
+	MaintRemovedClosed int `json:"maint_removed_node_closed"`
 }
 
 // reshardOnly reports whether the reshard is the only scenario of the run.
@@ -205,6 +212,10 @@ func runReshard(rn *runner, rep *report, stdout io.Writer) error {
 				rep.MaintNotStarted += r.NotStarted
 				rep.MaintRuns++
 				rr.MaintWritesWrong += r.Duplicated + r.Lost
+				if m := r.Maint; m != nil && (m.SMigrated > 0 && m.Served == 0 || m.ReloadsUnseen > 0) {
+					rr.MaintHandoffOff++
+				}
+				rr.MaintRemovedClosed += r.RemovedClosed
 			}
 		}
 	}
