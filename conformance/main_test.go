@@ -38,7 +38,8 @@ func TestMain(m *testing.M) {
 		if full() {
 			length = "full"
 		}
-		out := fmt.Sprintf("conformance %s, %s length, %s\n\n%s", time.Now().UTC().Format("2006-01-02 15:04 UTC"), length, world, table())
+		out := fmt.Sprintf("conformance %s, %s length, %s, go-redis %s (its built-in handler is the control)\n\n%s",
+			time.Now().UTC().Format("2006-01-02 15:04 UTC"), length, world, redis.Version(), table())
 		fmt.Print("\n" + out)
 		if path := os.Getenv("MAINT_CONFORMANCE_TABLE"); path != "" {
 			_ = os.WriteFile(path, []byte(out), 0o644)
