@@ -205,7 +205,7 @@ func (g *Group) fill(cli *redis.Client, m *Maint, live *liveHook) {
 		_ = m.Close()
 		return
 	}
-	mb := &member{m: m, cli: cli, live: live}
+	mb := &member{m: m, cli: cli, live: live, probe: probeOf(cli)}
 	g.ms = append(g.ms, mb)
 	g.attachLocked(m)
 	g.byCli[cli] = mb
@@ -230,7 +230,7 @@ func (g *Group) bindClient(m *Maint, c *redis.Client) {
 	defer g.mu.Unlock()
 	for _, mb := range g.ms {
 		if mb.m == m {
-			mb.cli = c
+			mb.cli, mb.probe = c, probeOf(c)
 			g.byCli[c] = mb
 		}
 	}
