@@ -7,6 +7,7 @@ package maint_test
 import (
 	"context"
 	"net"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -126,8 +127,11 @@ func TestContractFailoverMinIdleDialsBeforeHook(t *testing.T) {
 
 // The Cluster route relies on ClusterOptions.NewClient creating every node
 // client, with options maint can configure before the client exists, and
-// on ClusterClient.Options returning the options passed in (Instrument
-// recognises options it configured).
+// on ClusterClient.Options carrying the NewClient passed in (Instrument
+// recognises a cluster a Group configured by it, and by its node clients).
+// Checked on v9.23.0, whose Options returns the very options passed in,
+// and v9.24.0, which returns a copy of them (so a ClusterClient no longer
+// keeps its options reachable: TestGroupUptimeEveryKind keeps them).
 func TestContractClusterNewClient(t *testing.T) {
 	e := newEnv(t)
 	var mu sync.Mutex
@@ -147,7 +151,11 @@ func TestContractClusterNewClient(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	assert.NotEmpty(t, made, "ClusterOptions.NewClient makes the node clients")
-	assert.Same(t, opt, cc.Options(), "ClusterClient.Options returns the options passed to NewClusterClient")
+	same := cc.Options() == opt
+	t.Logf("go-redis %s: ClusterClient.Options is the options passed in: %v", redis.Version(), same)
+	assert.Equal(t, !goRedisAtLeast(t, 24, 0), same, "ClusterClient.Options is the options passed to NewClusterClient up to v9.23, a copy from v9.24")
+	assert.Equal(t, reflect.ValueOf(opt.NewClient).Pointer(), reflect.ValueOf(cc.Options().NewClient).Pointer(),
+		"ClusterClient.Options carries the NewClient passed to NewClusterClient")
 }
 
 // The Ring route and the sweeper rely on: RingOptions.NewClient creating

@@ -91,12 +91,15 @@ func (g *Group) instrumentClient(c *redis.Client) {
 }
 
 func (g *Group) instrumentCluster(c *redis.ClusterClient) {
-	cs := g.clusterOf(c.Options())
-	if cs != nil {
-		bindCluster(cs, c)
+	if cs, ours := g.configuredCluster(c); ours {
+		if cs != nil {
+			bindCluster(cs, c)
+		} else {
+			g.logf("maint: Instrument: this ClusterClient's node clients are a Group's (ConfigureCluster), but none of them could be reached to tell which: its slot map is not reloaded at SMIGRATED")
+		}
 		return
 	}
-	cs = &clusterState{}
+	cs := &clusterState{}
 	bindCluster(cs, c)
 	c.OnNewNode(func(node *redis.Client) { g.installNode(node, cs, false) })
 	// The node clients it has already.
@@ -118,6 +121,35 @@ func (g *Group) instrumentCluster(c *redis.ClusterClient) {
 	// A reload at once, through the node clients maint now watches: the
 	// slot map maint keeps, so that the first SMIGRATED is served.
 	c.ReloadState(context.Background())
+}
+
+// configuredCluster returns the cluster state of c when its options were
+// configured by a Group (ConfigureCluster): ours is true, and cs is g's
+// state for them, or nil when another Group's or none of c's node clients
+// can be reached. v9.23's ClusterClient.Options returns the options given
+// to NewClusterClient, v9.24's a copy of them (TestContractClusterNewClient):
+// either carries the NewClient a Group set, and the node clients it made
+// have Maints of that cluster state. The options themselves are looked up
+// first: no I/O, on the releases that keep them.
+func (g *Group) configuredCluster(c *redis.ClusterClient) (cs *clusterState, ours bool) {
+	opt := c.Options()
+	if cs := g.clusterOf(opt); cs != nil {
+		return cs, true
+	}
+	if !madeByGroup(opt.NewClient) {
+		return nil, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = c.ForEachShard(ctx, func(_ context.Context, node *redis.Client) error {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if mb := g.byCli[node]; mb != nil && cs == nil {
+			cs = mb.m.s.cluster
+		}
+		return nil
+	})
+	return cs, true
 }
 
 func (g *Group) instrumentRing(c *redis.Ring) {
