@@ -144,63 +144,102 @@ func (l *limiterLog) ReportResult(err error) {
 	l.mu.Unlock()
 }
 
-// TestGoRedisOnConnectSharesHooks: the *redis.Conn given to OnConnect
-// carries the client's hooks, including those added with AddHook after
-// NewClient: HELLO, the init pipelines and every command OnConnect sends
-// pass through the application's ProcessHook (and through maint's), and
-// their results reach the Limiter. That is why maint's handshake does not
-// go through OnConnect: an application hook would see, time and count it,
-// and a Limiter or circuit breaker would count its refusal as a failure.
+// TestGoRedisOnConnectSharesHooks, checked on v9.23.0 and v9.24.0: the
+// *redis.Conn given to OnConnect carries the client's hooks, including
+// those added with AddHook after NewClient: HELLO, the init pipelines and
+// every command OnConnect sends pass through the application's ProcessHook
+// (and through maint's). That is why maint's handshake does not go through
+// OnConnect: an application hook would see, time and count it.
+//
+// What the Limiter sees of it changed in v9.24.0. Up to v9.23, every
+// command of the handshake (HELLO, the init pipeline) and every command
+// OnConnect sends pays its own Allow and reports its own result (a refused
+// opt-in there is a failure for a circuit breaker). From v9.24.0
+// the handshake and OnConnect are exempt: the command that dials pays one
+// Allow and reports one result, its own. On both, an error OnConnect
+// returns fails the dialling command, and that failure is what the Limiter
+// is told: what HandshakeRequired relies on for a refusal to count once
+// (TestHandshakeRequiredRefusalReachesTheLimiterOnce). A release that
+// moves either fails here first.
 func TestGoRedisOnConnectSharesHooks(t *testing.T) {
-	c := newContract(t)
-	c.ep.SetHandshake(mainttest.Handshake{Answer: mainttest.AnswerError, Error: "LOADING Redis is loading the dataset in memory"})
-	opt := c.options()
-	lim := &limiterLog{}
-	opt.Limiter = lim
-	var onConnectErr atomic.Pointer[error]
-	opt.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
-		err := cn.Do(ctx, "CLIENT", "MAINT_NOTIFICATIONS", "ON", "moving-endpoint-type", "internal-ip").Err()
-		onConnectErr.Store(&err)
-		return nil
+	exempt := goRedisAtLeast(9, 24)
+	t.Logf("go-redis %s: OnConnect exempt from the Limiter: %v", redis.Version(), exempt)
+	for _, fail := range []bool{false, true} {
+		t.Run(fmt.Sprintf("OnConnectFails=%v", fail), func(t *testing.T) {
+			c := newContract(t)
+			c.ep.SetHandshake(mainttest.Handshake{Answer: mainttest.AnswerError, Error: "LOADING Redis is loading the dataset in memory"})
+			opt := c.options()
+			lim := &limiterLog{}
+			opt.Limiter = lim
+			opt.MaxRetries = -1
+			var onConnectErr atomic.Pointer[error]
+			opt.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
+				err := cn.Do(ctx, "CLIENT", "MAINT_NOTIFICATIONS", "ON", "moving-endpoint-type", "internal-ip").Err()
+				onConnectErr.Store(&err)
+				if fail {
+					return err
+				}
+				return nil
+			}
+			rdb := redis.NewClient(opt)
+			defer rdb.Close()
+			app := &hookLog{}
+			rdb.AddHook(app) // after NewClient, as an application installing maint does
+			pingErr := rdb.Ping(context.Background()).Err()
+			seen := app.seen()
+			t.Logf("application hooks saw, in order: %q; PING: %v", seen, pingErr)
+			hello, onConnect := -1, -1
+			for i, s := range seen {
+				switch {
+				case s == "hello" && hello < 0:
+					hello = i
+				case s == "client" && hello >= 0:
+					onConnect = i
+				}
+			}
+			if hello < 0 {
+				t.Fatalf("the application's ProcessHook no longer sees initConn's HELLO (saw %q)", seen)
+			}
+			if onConnect < 0 {
+				t.Fatalf("the command OnConnect sent no longer passes through the application's ProcessHook (saw %q): maint's handshake could go back to OnConnect", seen)
+			}
+			errp := onConnectErr.Load()
+			if errp == nil || *errp == nil || !strings.HasPrefix((*errp).Error(), "LOADING") {
+				t.Fatalf("OnConnect's command: %v, want the endpoint's LOADING", errp)
+			}
+			if fail != (pingErr != nil) {
+				t.Fatalf("OnConnect returned an error: %v; the dialling command's error: %v", fail, pingErr)
+			}
+			lim.mu.Lock()
+			defer lim.mu.Unlock()
+			t.Logf("Limiter: %d Allow, results %v", lim.allowed, lim.results)
+			sawLoading := 0
+			for _, r := range lim.results {
+				if r != nil && strings.Contains(r.Error(), "LOADING") {
+					sawLoading++
+				}
+			}
+			switch {
+			case exempt && (lim.allowed != 1 || len(lim.results) != 1):
+				t.Fatalf("go-redis %s: the Limiter saw %d Allow and results %v; want one of each, the dialling command's: the handshake is no longer exempt", redis.Version(), lim.allowed, lim.results)
+			case exempt && fail && sawLoading != 1:
+				t.Fatalf("go-redis %s: the dialling command's failure (%v) is no longer reported to the Limiter (results %v): a refusal under HandshakeRequired would not count", redis.Version(), pingErr, lim.results)
+			case exempt && !fail && sawLoading != 0:
+				t.Fatalf("go-redis %s: the Limiter receives the result of a command sent in OnConnect again (results %v)", redis.Version(), lim.results)
+			case !exempt && (lim.allowed < 3 || len(lim.results) != lim.allowed):
+				t.Fatalf("go-redis %s: the Limiter saw %d Allow and results %v; want one of each per handshake command (HELLO, the init pipeline), OnConnect's command and the dialling command", redis.Version(), lim.allowed, lim.results)
+			case !exempt && sawLoading != 1+btoi(fail):
+				t.Fatalf("go-redis %s: the Limiter no longer receives the result of a command sent in OnConnect, or the dialling command's failure (results %v)", redis.Version(), lim.results)
+			}
+		})
 	}
-	rdb := redis.NewClient(opt)
-	defer rdb.Close()
-	app := &hookLog{}
-	rdb.AddHook(app) // after NewClient, as an application installing maint does
-	c.ping(rdb, "first command")
-	seen := app.seen()
-	t.Logf("application hooks saw, in order: %q", seen)
-	hello, onConnect := -1, -1
-	for i, s := range seen {
-		switch {
-		case s == "hello" && hello < 0:
-			hello = i
-		case s == "client" && hello >= 0:
-			onConnect = i
-		}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
 	}
-	if hello < 0 {
-		t.Fatalf("the application's ProcessHook no longer sees initConn's HELLO (saw %q)", seen)
-	}
-	if onConnect < 0 {
-		t.Fatalf("the command OnConnect sent no longer passes through the application's ProcessHook (saw %q): maint's handshake could go back to OnConnect", seen)
-	}
-	errp := onConnectErr.Load()
-	if errp == nil || *errp == nil || !strings.HasPrefix((*errp).Error(), "LOADING") {
-		t.Fatalf("OnConnect's command: %v, want the endpoint's LOADING", errp)
-	}
-	lim.mu.Lock()
-	defer lim.mu.Unlock()
-	found := false
-	for _, r := range lim.results {
-		if r != nil && r.Error() == (*errp).Error() {
-			found = true
-		}
-	}
-	t.Logf("Limiter: %d Allow, results %v", lim.allowed, lim.results)
-	if !found {
-		t.Fatalf("the Limiter no longer receives the result of a command sent in OnConnect (results %v): a refused handshake there would no longer count as a failure", lim.results)
-	}
+	return 0
 }
 
 // failFirstRead is a connection the server closed before its first read:

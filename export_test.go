@@ -18,6 +18,9 @@ func SetClusterGone(g *Group, d time.Duration) {
 	g.mu.Unlock()
 }
 
+// Sweeps returns how many sweeps g's sweeper has done.
+func Sweeps(g *Group) uint64 { return g.sweeps.Load() }
+
 // GoRedisAddr is goRedisAddr, for the contract test that pins it to
 // go-redis's own address rewriting.
 var GoRedisAddr = goRedisAddr

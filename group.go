@@ -70,6 +70,8 @@ type Group struct {
 	// node before it is taken for closed: go-redis closes such node clients
 	// a minute after the reload (TestContractClusterNodeGC).
 	clusterGone time.Duration
+	// sweeps counts the sweeps done (for tests, which wait on it).
+	sweeps atomic.Uint64
 
 	obs groupObservers // observers (observe.go), guarded by mu
 
@@ -84,6 +86,11 @@ type member struct {
 	m    *Maint
 	cli  *redis.Client // nil when not known
 	live *liveHook     // nil when liveness is not judged (see sweep)
+	// probe is the sweeper's view of cli's pool (see probeOf): a
+	// *redis.Conn taken when the Group registered cli, whose hooks are the
+	// ones cli had then, never those the application adds later. nil when
+	// cli is.
+	probe *redis.Conn
 	// quiet is when the sweeper first saw the member with no command and no
 	// connection (zero: not quiet).
 	quiet time.Time
@@ -117,7 +124,7 @@ func (g *Group) add(m *Maint, cli *redis.Client, live *liveHook) bool {
 		_ = m.Close()
 		return false
 	}
-	mb := &member{m: m, cli: cli, live: live}
+	mb := &member{m: m, cli: cli, live: live, probe: probeOf(cli)}
 	g.ms = append(g.ms, mb)
 	g.attachLocked(m)
 	if cli != nil {
@@ -525,7 +532,7 @@ func (g *Group) sweep(now time.Time) {
 				mb.quiet = time.Time{}
 			} else if mb.quiet.IsZero() {
 				mb.quiet = now
-			} else if clientClosed(mb.cli) {
+			} else if clientClosed(mb) {
 				g.forget(mb)
 			}
 			continue
@@ -544,17 +551,18 @@ func (g *Group) sweep(now time.Time) {
 			// ClusterClient is closed. Quiet alone is no sign: a node that
 			// owns slots nobody uses now is quiet too; a closed one says so
 			// without I/O (clientClosed).
-			if clientClosed(mb.cli) || now.Sub(mb.quiet) >= gone && cs.goneFor(mb.m, mnow) >= gone {
+			if clientClosed(mb) || now.Sub(mb.quiet) >= gone && cs.goneFor(mb.m, mnow) >= gone {
 				g.forget(mb)
 			}
 			continue
 		}
 		// A ring shard: go-redis closes it when SetAddrs drops it, and
 		// every one at the Ring's Close.
-		if clientClosed(mb.cli) || now.Sub(mb.quiet) >= dead {
+		if clientClosed(mb) || now.Sub(mb.quiet) >= dead {
 			g.forget(mb)
 		}
 	}
+	g.sweeps.Add(1)
 }
 
 // ringClosed reports whether r is closed: no live shard (Len 0), and a
@@ -576,17 +584,37 @@ var probeCtx = func() context.Context {
 // closedProbe marks probeCtx.
 type closedProbe struct{}
 
-// clientClosed reports whether cli, a quiet node client, is closed, without
-// any I/O: a PING with a context cancelled before it is sent reaches the
-// pool, which answers ErrClosed when closed and the context's error
-// otherwise, before it dials or hands out a connection
-// (TestContractClosedClientAnswersACancelledPing). A client with a Limiter
-// is not asked (the Limiter would be told of the probe's error).
-func clientClosed(cli *redis.Client) bool {
-	if cli == nil || cli.Options().Limiter != nil {
+// probeOf returns the sweeper's view of cli: a *redis.Conn on cli's pool
+// (no connection is taken until it runs a command), taken when the Group
+// registers cli, right after cli was built or instrumented. A Conn's hooks
+// are a snapshot of its client's at that moment: a hook the application
+// adds to cli afterwards never sees the sweeper's probe
+// (TestContractConnSnapshotsHooksAndAnswersClosed), where a PING on cli
+// itself ran through every hook of the client, so that an application's
+// tracing or metrics hook recorded a failed PING every sweep for every
+// quiet client.
+func probeOf(cli *redis.Client) *redis.Conn {
+	if cli == nil {
+		return nil
+	}
+	return cli.Conn()
+}
+
+// clientClosed reports whether mb's client, quiet (no connection, no
+// command), is closed, without any I/O: a PING on its probe Conn with a
+// context cancelled before it is sent reaches the client's pool, which
+// answers ErrClosed when closed and the context's error otherwise, before
+// it dials or hands out a connection
+// (TestContractConnSnapshotsHooksAndAnswersClosed). The PING runs through
+// the hooks the client had when the Group registered it (maint's own on
+// the options route; on Instrument's, also those the application had
+// added before). A client with a Limiter is not asked: the Limiter would
+// be told of the probe's error.
+func clientClosed(mb *member) bool {
+	if mb.probe == nil || mb.cli.Options().Limiter != nil {
 		return false
 	}
-	return errors.Is(cli.Ping(probeCtx).Err(), redis.ErrClosed)
+	return errors.Is(mb.probe.Ping(probeCtx).Err(), redis.ErrClosed)
 }
 
 // unwatch stops polling r, a closed Ring.
@@ -624,6 +652,9 @@ func (g *Group) forget(mb *member) {
 	// the events its Close emits (the RelaxOffs that bring gauges back to
 	// 0) have reached the group's observers.
 	_ = mb.m.Close()
+	if mb.probe != nil {
+		_ = mb.probe.Close() // it holds no connection: nothing to return
+	}
 	st := mb.m.Stats()
 	g.mu.Lock()
 	for i, x := range g.ms {

@@ -561,3 +561,44 @@ func TestServerClosingEveryHandshakeCostsFewDials(t *testing.T) {
 		})
 	}
 }
+
+// limiterCount is a Limiter that counts admissions and failures.
+type limiterCount struct{ allowed, failed atomic.Int64 }
+
+func (l *limiterCount) Allow() error { l.allowed.Add(1); return nil }
+func (l *limiterCount) ReportResult(err error) {
+	if err != nil && err != redis.Nil {
+		l.failed.Add(1)
+	}
+}
+
+// Under HandshakeRequired a refused opt-in fails the connection, and the
+// command that dialled it fails with maint's refusal: a circuit breaker in
+// the Limiter counts it, once per refused connection, on v9.23.0 (where
+// every command of the handshake pays its own admission too: HELLO, and a
+// PING requireOptIn sends, succeed) and on v9.24.0 (where the dialling
+// command pays the only one). Checked on v9.23.0 and v9.24.0. TestGoRedisOnConnectSharesHooks pins each release's accounting.
+func TestHandshakeRequiredRefusalReachesTheLimiterOnce(t *testing.T) {
+	e := newEnv(t)
+	e.old.SetUnsupported(true)
+	m := maint.New(maint.WithLogf(func(string, ...any) {}), maint.WithHandshake(maint.HandshakeRequired))
+	defer m.Close()
+	lim := &limiterCount{}
+	opt := e.options(1)
+	opt.Limiter = lim
+	opt.MaxRetries = -1
+	opt.DisableIdentity = true // miniredis refuses CLIENT SETINFO: count maint's refusal alone
+	m.Configure(opt)
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	rdb.AddHook(m)
+	const n = 3
+	for i := range n {
+		err := rdb.Set(context.Background(), "k", i, 0).Err()
+		require.Error(t, err, "command %d", i)
+		assert.Contains(t, err.Error(), "refused the maintenance notifications handshake")
+	}
+	t.Logf("go-redis %s: Limiter %d Allow, %d failures for %d refused connections", redis.Version(), lim.allowed.Load(), lim.failed.Load(), n)
+	assert.EqualValues(t, n, lim.failed.Load(), "one failure per refused connection")
+	assert.EqualValues(t, n, e.old.Stats().Opened, "one connection per command")
+}
