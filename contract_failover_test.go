@@ -96,6 +96,16 @@ type gate struct {
 	deferClose   bool
 	closed       atomic.Bool  // go-redis called Close on one of the connections
 	writesClosed atomic.Int64 // Write calls on a connection after its Close
+	mu           sync.Mutex
+	afterClose   []byte // what was written on a connection after its Close
+}
+
+// writtenAfterClose is what go-redis wrote on the connections after it
+// closed them.
+func (g *gate) writtenAfterClose() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return string(g.afterClose)
 }
 
 func newGate(addr string, deferClose bool) *gate {
@@ -137,6 +147,9 @@ func (c *gateConn) Read(p []byte) (int, error) {
 func (c *gateConn) Write(p []byte) (int, error) {
 	if c.closed.Load() {
 		c.g.writesClosed.Add(1)
+		c.g.mu.Lock()
+		c.g.afterClose = append(c.g.afterClose, p...)
+		c.g.mu.Unlock()
 	}
 	return c.Conn.Write(p)
 }
@@ -217,17 +230,29 @@ func TestContractFailoverSwitchClosesConnBeforeWrite(t *testing.T) {
 	}
 }
 
-// Contract (failover_close.go): a connection go-redis closes at
-// +switch-master while it initialises it (HELLO written, its reply not yet
-// read) is handed to the command that dialled it all the same, once the
-// net.Conn has served the handshake (initConn sets the connection IDLE
-// after the handshake, over the CLOSED that Close set), and the command
-// writes on it. A net.Conn that defers its close while replies are owed
-// (failoverConn) therefore sees writes after Close: it must fail them
-// before they reach the wire and say so (errNotWritten), so that the
-// command runs again on a connection to the new master. If this fails,
-// go-redis drops such connections itself now: the rerun stays correct,
-// but revisit the comment in failover_close.go.
+// Contract (failover_close.go), checked on v9.23.0 and v9.24.0: a
+// connection go-redis closes at +switch-master while it initialises it
+// (HELLO written, its reply not yet read), whose net.Conn defers the close
+// (as failoverConn does while replies are owed), is
+//
+//   - v9.23: handed to the command that dialled it all the same, once the
+//     net.Conn has served the handshake (initConn sets the connection IDLE
+//     after the handshake, over the CLOSED that Close set), and the command
+//     writes on it. failoverConn therefore fails such writes before they
+//     reach the wire and says so (errNotWritten), and the Maint's
+//     ProcessHook runs the command again.
+//   - v9.24 and later: refused to the command, which fails with
+//     redis.ErrClosed ("redis: client is closed") before any byte of it is
+//     written (initConn: "Do not overwrite a Close that raced the final
+//     handshake reply"), whatever MaxRetries is (go-redis does not retry
+//     ErrClosed); the client is not closed, and the next command runs on the
+//     new master. The Maint's ProcessHook runs such a command again on the
+//     failover route (notWrittenErr).
+//
+// On v9.23 the rest of the handshake (CLIENT SETINFO) is written after the
+// close too; on v9.24 nothing is (the handshake's SingleConnPool refuses a
+// CLOSED connection: ErrClosed). If this fails, go-redis moved the seam again: revisit
+// failover_close.go's notWrittenErr and its comment.
 func TestContractFailoverSwitchHandsOutConnClosedInInit(t *testing.T) {
 	e := newEnv(t)
 	ds := e.newDiscovery()
@@ -238,15 +263,28 @@ func TestContractFailoverSwitchHandsOutConnClosedInInit(t *testing.T) {
 	})
 	defer rdb.Close()
 	ctx := context.Background()
+	const key = "contract:init"
 	g.armRead.Store(true) // the first read on the old master's first connection: HELLO's reply
 	done := make(chan error, 1)
-	go func() { done <- rdb.Set(ctx, "contract:init", "v", 0).Err() }()
+	go func() { done <- rdb.Set(ctx, key, "v", 0).Err() }()
 	<-g.reached
 	waitFor(t, "go-redis subscribed to +switch-master", 5*time.Second, func() bool { return ds.Stats().Subscribed > 0 })
 	ds.SetMaster(e.new)
 	waitFor(t, "go-redis closing the connection it initialises", 5*time.Second, g.closed.Load)
 	close(g.open)
-	require.NoError(t, <-done, "the SET, on the connection go-redis closed (its close deferred)")
-	assert.NotZero(t, g.writesClosed.Load(), "writes on the connection after go-redis closed it")
-	assert.NotZero(t, e.old.Stats().Served, "the old master served the SET")
+	err := <-done
+	if !goRedisAtLeast(9, 24) {
+		assert.NotZero(t, g.writesClosed.Load(), "go-redis %s: writes on the connection after go-redis closed it", redis.Version())
+		require.NoError(t, err, "go-redis %s: the SET, on the connection go-redis closed (its close deferred)", redis.Version())
+		assert.Contains(t, g.writtenAfterClose(), key, "go-redis %s: the SET was written on the connection go-redis had closed", redis.Version())
+		assert.NotZero(t, e.old.Stats().Served, "the old master served the SET")
+		return
+	}
+	require.ErrorIs(t, err, redis.ErrClosed, "go-redis %s: the SET on a connection closed in its handshake", redis.Version())
+	assert.Equal(t, "redis: client is closed", err.Error(), "go-redis %s: the error as the application sees it", redis.Version())
+	assert.Zero(t, g.writesClosed.Load(), "go-redis %s: writes on the connection after go-redis closed it (%q)", redis.Version(), g.writtenAfterClose())
+	require.ErrorIs(t, rdb.Get(ctx, key).Err(), redis.Nil, "go-redis %s: the refused SET ran nowhere", redis.Version())
+	served := e.new.Stats().Served
+	require.NoError(t, rdb.Set(ctx, key, "v", 0).Err(), "go-redis %s: the client is not closed: the SET run again", redis.Version())
+	assert.Greater(t, e.new.Stats().Served, served, "the SET run again, on the new master")
 }

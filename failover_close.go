@@ -35,15 +35,18 @@ import (
 //     hands out no other it closed (rerunNotWritten). go-redis retries that
 //     error itself unless MaxRetries is -1 (it is a net.OpError).
 //   - go-redis is initialising it: it has written the handshake, or not
-//     yet. Written, the close waits for the handshake's replies as above,
-//     and go-redis hands the connection to the command all the same
-//     (initConn sets it IDLE over the CLOSED that Close set:
-//     TestContractFailoverSwitchHandsOutConnClosedInInit); its write then
-//     fails as above. Not yet written, go-redis fails the command with
-//     goRedisInitClosed before writing anything, whatever MaxRetries is,
-//     and the ProcessHook runs it again too; so when the close comes between
-//     the handshake and the command taking the connection
-//     (goRedisAcquireClosed).
+//     yet. Written, the close waits for the handshake's replies as above.
+//     What go-redis does then depends on the release
+//     (TestContractFailoverSwitchHandsOutConnClosedInInit): v9.23 hands the
+//     connection to the command all the same (initConn sets it IDLE over the
+//     CLOSED that Close set), and its write fails as above; v9.24 refuses it
+//     and fails the command with redis.ErrClosed before writing anything of
+//     it (nor the rest of the handshake). Not yet written, go-redis fails the
+//     command before writing anything: with goRedisInitClosed (v9.23, and
+//     v9.24 when the close races its own check) or redis.ErrClosed (v9.24);
+//     so when the close comes between the handshake and the command taking
+//     the connection (goRedisAcquireClosed). The ProcessHook runs all of
+//     these again, whatever MaxRetries is (go-redis retries none of them).
 //
 // The close decision and a concurrent Write are ordered as the drain cap's
 // are (closeIfClosable): the state is marked closing before what is owed is
@@ -77,6 +80,13 @@ const goRedisInitClosed = "invalid state transition"
 // before the command took it (initPooledConn: TryAcquire refused), before
 // the command wrote anything.
 const goRedisAcquireClosed = "redis: connection is not usable"
+
+// redis.ErrClosed is also what go-redis fails a command with when the client
+// is closed, before writing it too (pool.Get refuses it first); go-redis
+// uses the one error for both. On the failover route maint runs such a
+// command again once, and again only if go-redis asked to close a data-node
+// connection meanwhile (deferredCloses.asked): after the client's Close the
+// command costs one refusal more, not maxNotWrittenReruns.
 
 // maxNotWrittenReruns bounds how often one command runs again after
 // errNotWritten: each time, go-redis handed it a connection it had closed
@@ -153,6 +163,7 @@ func (f *failoverConn) notWritten(err error) error {
 // it: a timeout); otherwise when the replies are read, or at
 // failoverCloseCap.
 func (f *failoverConn) Close() error {
+	f.m.deferred.asked.Add(1)
 	if f.closeIfIdle() {
 		return nil
 	}
@@ -229,6 +240,9 @@ func (m *Maint) notWrittenErr(err error) bool {
 	if m.s.failedOver == nil {
 		return false
 	}
+	if errors.Is(err, redis.ErrClosed) {
+		return true
+	}
 	s := err.Error()
 	return s == goRedisInitClosed || s == goRedisAcquireClosed
 }
@@ -276,6 +290,12 @@ func setErrs(cmds []redis.Cmder, err error) {
 // asked for and that wait for owed replies: Close ends every wait, and
 // none is added after it.
 type deferredCloses struct {
+	// asked counts the closes go-redis asked for of the Maint's failover
+	// connections (failoverConn.Close), deferred or not: rerunNotWritten's
+	// evidence that a redis.ErrClosed may be a switch's, not the client's
+	// Close.
+	asked atomic.Uint64
+
 	mu     sync.Mutex // guards the following
 	closed bool
 	set    map[*failoverConn]struct{}
@@ -341,12 +361,21 @@ func (m *Maint) waitTurn(ctx context.Context) error {
 // (notWrittenErr): bounded by ctx and maxNotWrittenReruns.
 func (m *Maint) rerunNotWritten(ctx context.Context, again func() error, err error) error {
 	cuts := 0
+	var asked uint64 // go-redis's close requests before the last run refused with ErrClosed
+	closedBefore := false
 	for i := 0; i < maxNotWrittenReruns && m.notWrittenErr(err) && ctx.Err() == nil; i++ {
 		if errors.Is(err, errHandshakeCut) {
 			if cuts++; cuts > 1 {
 				break // the server closes new connections: once is enough
 			}
 		}
+		if errors.Is(err, redis.ErrClosed) {
+			if closedBefore && m.deferred.asked.Load() == asked {
+				break // no switch closed a connection meanwhile: the client is closed
+			}
+			closedBefore = true
+		}
+		asked = m.deferred.asked.Load()
 		m.c.notWrittenReruns.Add(1)
 		err = again()
 	}

@@ -203,6 +203,64 @@ func TestProcessHookRerunsWhatWasNotWritten(t *testing.T) {
 	assert.Equal(t, 3, calls, "a failover Maint runs it again")
 }
 
+// go-redis v9.24 fails a command whose connection it closed at a switch in
+// its handshake with redis.ErrClosed, before writing it
+// (TestContractFailoverSwitchHandsOutConnClosedInInit), the error of a
+// closed client too. A failover Maint runs it again; again after that only
+// if go-redis asked to close a data-node connection meanwhile (a switch),
+// so a closed client's command costs one refusal more. Another Maint does
+// not run it again.
+func TestProcessHookRerunsErrClosedOfASwitch(t *testing.T) {
+	ctx := context.Background()
+	m := New()
+	defer m.Close()
+	calls := 0
+	next := m.ProcessHook(func(context.Context, redis.Cmder) error { calls++; return redis.ErrClosed })
+	assert.ErrorIs(t, next(ctx, redis.NewStatusCmd(ctx, "ping")), redis.ErrClosed)
+	assert.Equal(t, 1, calls, "not a failover Maint: not run again")
+
+	fm := New()
+	defer fm.Close()
+	setFailover(fm)
+	calls = 0
+	fnext := fm.ProcessHook(func(context.Context, redis.Cmder) error { calls++; return redis.ErrClosed })
+	assert.ErrorIs(t, fnext(ctx, redis.NewStatusCmd(ctx, "ping")), redis.ErrClosed)
+	assert.Equal(t, 2, calls, "no switch meanwhile (a closed client): run again once")
+
+	// Each run refused while go-redis closes a data-node connection.
+	calls = 0
+	switching := fm.ProcessHook(func(context.Context, redis.Cmder) error {
+		if calls++; calls <= 3 {
+			fm.deferred.asked.Add(1) // failoverConn.Close: go-redis asked
+			return redis.ErrClosed
+		}
+		return nil
+	})
+	require.NoError(t, switching(ctx, redis.NewStatusCmd(ctx, "incr", "k")))
+	assert.Equal(t, 4, calls, "run again while switches close connections")
+
+	calls = 0
+	always := fm.ProcessHook(func(context.Context, redis.Cmder) error {
+		calls++
+		fm.deferred.asked.Add(1)
+		return redis.ErrClosed
+	})
+	assert.ErrorIs(t, always(ctx, redis.NewStatusCmd(ctx, "ping")), redis.ErrClosed)
+	assert.Equal(t, 1+maxNotWrittenReruns, calls, "at most maxNotWrittenReruns times")
+
+	// A pipeline too.
+	calls = 0
+	pnext := fm.ProcessPipelineHook(func(_ context.Context, cmds []redis.Cmder) error {
+		if calls++; calls == 1 {
+			setErrs(cmds, redis.ErrClosed)
+			return redis.ErrClosed
+		}
+		return nil
+	})
+	require.NoError(t, pnext(ctx, []redis.Cmder{redis.NewIntCmd(ctx, "incr", "k"), redis.NewIntCmd(ctx, "incr", "k")}))
+	assert.Equal(t, 2, calls, "the pipeline run again")
+}
+
 // A close deferred for an owed reply ends with the Maint: Close closes the
 // connection and stops the cap's timer, and forgets it.
 func TestFailoverConnDeferredCloseEndsWithTheMaint(t *testing.T) {
