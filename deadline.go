@@ -383,6 +383,9 @@ func (c *conn) SetWriteDeadline(t time.Time) error {
 			return nil
 		}
 	}
+	if err := c.drainBeforeWrite(t); err != nil { // dialer.go
+		return err
+	}
 	return c.setFloored(asked, false, true, e)
 }
 
