@@ -107,6 +107,18 @@ func (m *Maint) dialWith(next dialFunc, o dialOpts) dialFunc {
 					// defaultDialer): the same refusal as verifySuccessor's.
 					return nil, m.rejectSuccessor(t, via, dialAddr, addr, err)
 				}
+				var oerr *net.OpError
+				if pinned && errors.As(err, &oerr) && oerr.Op == "dial" && ctx.Err() == nil {
+					// The successor does not accept connections (refused,
+					// unreachable): refused as a successor is, so the handoff
+					// goes on as a null endpoint's, and this dial goes to the
+					// configured address, whose node serves until the last
+					// call. Returned to the pool instead, every dial through
+					// the pin failed and PoolSize of them tripped its dial
+					// breaker: about a million commands failed in a 2 s window.
+					_ = m.rejectSuccessor(t, via, dialAddr, addr, err)
+					continue
+				}
 				if pinned {
 					return nil, fmt.Errorf("maint: dial successor %s of %s: %w", dialAddr, addr, err)
 				}
