@@ -3,6 +3,7 @@ package maint_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -217,7 +218,13 @@ func TestGoRedisSetsDeadlinesFromTimeouts(t *testing.T) {
 				want = time.Second
 			}
 			a := fmt.Sprintf("go-redis with ContextTimeoutEnabled=%v and a 1 s context sets the read deadline to +%v", enabled, want)
-			checkDeadline(t, setterBefore(t, after, opSetRead, opRead, a), want, a)
+			o := setterBefore(t, after, opSetRead, opRead, a)
+			checkDeadline(t, o, want, a)
+			// maint floors go-redis's own deadlines and never the context's
+			// (deadline.go, callersOwn): it tells them by the monotonic reading.
+			if mono := strings.Contains(o.dl.String(), " m="); mono != enabled {
+				t.Fatalf("go-redis with ContextTimeoutEnabled=%v passes a read deadline with a monotonic reading: %v, want %v (a context's deadline has one, go-redis's own none): %v", enabled, mono, enabled, o.dl)
+			}
 		}
 	})
 }

@@ -383,6 +383,9 @@ func (c *conn) SetWriteDeadline(t time.Time) error {
 			return nil
 		}
 	}
+	if err := c.drainBeforeWrite(t); err != nil { // dialer.go
+		return err
+	}
 	return c.setFloored(asked, false, true, e)
 }
 
@@ -432,6 +435,9 @@ func (c *conn) apply(asked mono, read, write bool) error {
 // as it was given (asAsked), when no floor raises it; else the floor, on
 // the monotonic clock.
 func (c *conn) floored(asked mono, read bool) (applied mono, t time.Time) {
+	if callersOwn(asked) {
+		return asAsked, timeOf(asked)
+	}
 	a := asked
 	if a < 0 {
 		a = clockNow().of(asked)
@@ -441,6 +447,17 @@ func (c *conn) floored(asked mono, read bool) (applied mono, t time.Time) {
 	}
 	return asAsked, timeOf(asked)
 }
+
+// callersOwn reports whether asked (as a setter records it) is the
+// deadline of the caller's context, which no floor raises: go-redis's own
+// deadlines (now plus a timeout) are wall-clock times with no monotonic
+// reading, while with ContextTimeoutEnabled it passes a nearer context
+// deadline as the context has it, with the monotonic reading of
+// context.WithTimeout. Relaxation lengthens timeouts meant for a healthy
+// server, not the time a caller gave a command: raised, a command with a
+// 300 ms context waited 4 s for a slow reply, and succeeded after its
+// context had ended.
+func callersOwn(asked mono) bool { return asked > 0 }
 
 // timeOf is asked (as a setter records it) as a time: a wall-clock time as
 // go-redis gave it, or on the monotonic clock.
@@ -489,7 +506,7 @@ func (c *conn) floorAnew() {
 
 func (c *conn) refloorOne(d *deadline, k clock, read bool, set func(time.Time) error) {
 	recorded := d.asked.Load()
-	if recorded == 0 {
+	if recorded == 0 || callersOwn(recorded) {
 		return
 	}
 	now, asked := k.mono, k.of(recorded)

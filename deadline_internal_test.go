@@ -22,7 +22,7 @@ func TestNewConnectionOfARelaxedNodeIsRelaxed(t *testing.T) {
 	c, raw := wrapDL(t, m, "127.0.0.2:6379", nil)
 	require.Same(t, old.n, c.n)
 	oweReply(t, c)
-	require.NoError(t, c.SetReadDeadline(time.Now().Add(100*time.Millisecond)))
+	require.NoError(t, c.SetReadDeadline(goRedisDeadline(100*time.Millisecond)))
 	got, _ := raw.lastRead()
 	assert.Greater(t, time.Until(got), time.Second)
 }
@@ -33,7 +33,7 @@ func TestRefloorNeverRearmsNorShortens(t *testing.T) {
 	m := New(WithLogf(t.Logf), WithRelaxedTimeout(2*time.Second))
 	defer m.Close()
 	c, raw := wrapDL(t, m, "127.0.0.2:6379", nil)
-	require.NoError(t, c.SetReadDeadline(time.Now().Add(time.Millisecond)))
+	require.NoError(t, c.SetReadDeadline(goRedisDeadline(time.Millisecond)))
 	time.Sleep(5 * time.Millisecond)
 	_, before := raw.lastRead()
 	m.relax(c.n, notif(resp.KindMigrating, 1, ""))
@@ -43,7 +43,7 @@ func TestRefloorNeverRearmsNorShortens(t *testing.T) {
 	// A command waits on a relaxed deadline; a MOVING then retires the
 	// connection: the wait may grow, never shrink.
 	oweReply(t, c)
-	require.NoError(t, c.SetReadDeadline(time.Now().Add(500*time.Millisecond)))
+	require.NoError(t, c.SetReadDeadline(goRedisDeadline(500*time.Millisecond)))
 	relaxed, _ := raw.lastRead()
 	assert.Greater(t, time.Until(relaxed), time.Second, "relaxed to the floor")
 	time.Sleep(20 * time.Millisecond)
@@ -176,19 +176,19 @@ func TestTimeoutErrorNamesTheMaintenance(t *testing.T) {
 	defer m.Close()
 	c, _ := wrapScript(t, m, nil)
 	plain := &net.OpError{Op: "read", Err: osTimeout{}}
-	require.NoError(t, c.SetReadDeadline(time.Now().Add(50*time.Millisecond)))
+	require.NoError(t, c.SetReadDeadline(goRedisDeadline(50*time.Millisecond)))
 	assert.Same(t, error(plain), c.ioErr(plain, &c.rdl), "no maintenance: the error as it was")
 	m.relax(c.n, resp.Notification{Kind: resp.KindMigrating, Seq: 5})
 
-	require.NoError(t, c.SetReadDeadline(time.Now().Add(time.Millisecond)))
+	require.NoError(t, c.SetReadDeadline(goRedisDeadline(time.Millisecond)))
 	assert.False(t, c.rdl.raised(), "a probe's deadline (no reply owed) is left as asked")
 	assert.Same(t, error(plain), c.ioErr(plain, &c.rdl), "a probe's timeout names no relaxation")
 
 	_, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n"))
 	require.NoError(t, err)
-	require.NoError(t, c.SetWriteDeadline(time.Now().Add(time.Millisecond)))
+	require.NoError(t, c.SetWriteDeadline(goRedisDeadline(time.Millisecond)))
 	assert.True(t, c.wdl.raised(), "a 1 ms write deadline is relaxed")
-	require.NoError(t, c.SetReadDeadline(time.Now().Add(50*time.Millisecond)))
+	require.NoError(t, c.SetReadDeadline(goRedisDeadline(50*time.Millisecond)))
 	require.True(t, c.rdl.raised(), "a 50 ms reply deadline is relaxed")
 	assert.GreaterOrEqual(t, time.Until(fromMono(c.rdl.applied.Load())), 1900*time.Millisecond)
 	err = c.ioErr(plain, &c.rdl)
@@ -200,7 +200,12 @@ func TestTimeoutErrorNamesTheMaintenance(t *testing.T) {
 	assert.Contains(t, err.Error(), "during maintenance (deadline relaxed to at least 2s)")
 	assert.True(t, errors.Is(err, plain))
 
-	require.NoError(t, c.SetReadDeadline(time.Now().Add(time.Minute)))
+	require.NoError(t, c.SetReadDeadline(goRedisDeadline(time.Minute)))
 	assert.False(t, c.rdl.raised(), "a deadline past the relaxed one is left as asked")
 	assert.Same(t, error(plain), c.ioErr(plain, &c.rdl), "and its timeout names no relaxation")
 }
+
+// goRedisDeadline is a deadline d from now in go-redis's form: a wall-clock
+// time with no monotonic reading (pool.Conn.deadline), which relaxation
+// floors; a context's deadline, with its monotonic reading, it does not.
+func goRedisDeadline(d time.Duration) time.Time { return time.Unix(0, time.Now().Add(d).UnixNano()) }

@@ -107,6 +107,18 @@ func (m *Maint) dialWith(next dialFunc, o dialOpts) dialFunc {
 					// defaultDialer): the same refusal as verifySuccessor's.
 					return nil, m.rejectSuccessor(t, via, dialAddr, addr, err)
 				}
+				var oerr *net.OpError
+				if pinned && errors.As(err, &oerr) && oerr.Op == "dial" && ctx.Err() == nil {
+					// The successor does not accept connections (refused,
+					// unreachable): refused as a successor is, so the handoff
+					// goes on as a null endpoint's, and this dial goes to the
+					// configured address, whose node serves until the last
+					// call. Returned to the pool instead, every dial through
+					// the pin failed and PoolSize of them tripped its dial
+					// breaker: about a million commands failed in a 2 s window.
+					_ = m.rejectSuccessor(t, via, dialAddr, addr, err)
+					continue
+				}
 				if pinned {
 					return nil, fmt.Errorf("maint: dial successor %s of %s: %w", dialAddr, addr, err)
 				}
@@ -379,6 +391,10 @@ type conn struct {
 	optInSent atomic.Int64 // mono: when the opt-in was written
 	hsLead    *hsState     // the endpoint's opt-in others wait for is this one's (guarded by handshakes.mu)
 
+	// drainAtWrite: the drain cap left it open, a reply owed; its next
+	// write waits for what is owed, then closes it (drainBeforeWrite).
+	drainAtWrite atomic.Bool
+
 	closeOnce  sync.Once
 	closeErr   atomic.Pointer[error] // why the Maint closed it
 	idleClosed atomic.Bool           // the Maint closed it owing nothing (notWritten)
@@ -646,6 +662,7 @@ func (c *conn) closeIfClosable(why error, keepUnused bool) (closed, owed, blocki
 	n := c.owed() // once: a Write counted since is refused, see refused
 	if !c.closable(n) {
 		b := c.lastBlocking.Load()
+		c.drainAtWrite.Store(true)
 		c.state.CompareAndSwap(stateClosing, s) // unless go-redis closed it meanwhile
 		return false, true, b
 	}
@@ -653,6 +670,49 @@ func (c *conn) closeIfClosable(why error, keepUnused bool) (closed, owed, blocki
 		c.idleClosed.Store(true)
 	}
 	return c.closeWith(why), false, false
+}
+
+// drainWriteWait bounds how long drainBeforeWrite waits for the replies
+// owed; drainWritePoll is how often it looks.
+const (
+	drainWriteWait = 5 * time.Second
+	drainWritePoll = 200 * time.Microsecond
+)
+
+// drainBeforeWrite is what the write deadline's setter does first on a
+// connection the drain cap left open because a reply was owed. go-redis
+// sets the write deadline before it writes any byte of a command or a
+// batch, so nothing of what comes next is on the wire yet. A full-duplex
+// autopipeliner holds its connection outside the pool's health check (up
+// to FullDuplexMaxHold, 5 s, under load) and writes while replies are owed,
+// which its reader reads meanwhile: the setter waits until every owed reply
+// is read, then closes the connection owing nothing, and its error says
+// the write never happened (errNotWritten, net.ErrClosed). go-redis
+// replays such a batch on another connection within MaxRetries, once,
+// since it never ran; without that, the autopipeliner wrote to the old
+// node until the server's close cut the replies owed, and go-redis ran
+// those commands again. An ordinary command sets its write deadline only
+// once the previous reply is read: nothing is owed, the connection closes
+// at once and the process hooks run the command again, as at the cap.
+// Bounded by the deadline asked for (at most drainWriteWait): past it, or
+// with a stream maint cannot count, the write goes on as before.
+func (c *conn) drainBeforeWrite(until time.Time) error {
+	if !c.drainAtWrite.Load() || c.lost.Load() {
+		return nil
+	}
+	if limit := time.Now().Add(drainWriteWait); until.IsZero() || until.After(limit) {
+		until = limit
+	}
+	for {
+		closed, owed, _ := c.closeIfClosable(ErrDrainCap, false)
+		if closed {
+			return c.notWritten(c.ioErr(net.ErrClosed, nil))
+		}
+		if !owed || c.m.stopped.Load() || time.Now().After(until) {
+			return nil // closed or put back meanwhile, or out of time: as before
+		}
+		time.Sleep(drainWritePoll)
+	}
 }
 
 // refused is the error of a Write kept off the wire because the connection
