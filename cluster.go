@@ -528,6 +528,9 @@ type loadCmd interface {
 	// read returns the map own's reply gives, nil when go-redis would not
 	// take it either; origin is the node client's address.
 	read(own loadCmd, origin string, tls bool) *slotMap
+	// cmd is go-redis's command, as the hooks after maint's are handed
+	// it: they may assert its type, as go-redis's own code does.
+	cmd() redis.Cmder
 }
 
 // slotsLoad is a CLUSTER SLOTS.
@@ -536,6 +539,7 @@ type slotsLoad struct{ *redis.ClusterSlotsCmd }
 func (l slotsLoad) fresh(ctx context.Context) loadCmd {
 	return slotsLoad{redis.NewClusterSlotsCmd(ctx, "cluster", "slots")}
 }
+func (l slotsLoad) cmd() redis.Cmder  { return l.ClusterSlotsCmd }
 func (l slotsLoad) serve(sm *slotMap) { l.SetErr(nil); l.SetVal(sm.slots()) }
 func (l slotsLoad) take(own loadCmd)  { l.SetVal(own.(slotsLoad).Val()) }
 func (l slotsLoad) read(own loadCmd, origin string, _ bool) *slotMap {
@@ -548,6 +552,7 @@ type shardsLoad struct{ *redis.ClusterShardsCmd }
 func (l shardsLoad) fresh(ctx context.Context) loadCmd {
 	return shardsLoad{redis.NewClusterShardsCmd(ctx, "cluster", "shards")}
 }
+func (l shardsLoad) cmd() redis.Cmder  { return l.ClusterShardsCmd }
 func (l shardsLoad) serve(sm *slotMap) { l.SetErr(nil); l.SetVal(sm.shardsReply()) }
 func (l shardsLoad) take(own loadCmd)  { l.SetVal(own.(shardsLoad).Val()) }
 func (l shardsLoad) read(own loadCmd, origin string, tls bool) *slotMap {
@@ -587,7 +592,7 @@ func (cs *clusterState) load(ctx context.Context, m *Maint, cmd loadCmd, next re
 	own := cmd.fresh(ctx)
 	done := make(chan error, 1)
 	go func() { // ends with next: bounded by go-redis's timeouts
-		err := next(ctx, own)
+		err := next(ctx, own.cmd())
 		if err == nil {
 			cs.c.slotMaps.Add(1)
 		}
