@@ -243,7 +243,7 @@ func (g *Group) fill(cli *redis.Client, m *Maint, live *liveHook) {
 		_ = m.Close()
 		return
 	}
-	mb := &member{m: m, cli: cli, live: live}
+	mb := &member{m: m, cli: cli, live: live, probe: probeOf(cli)}
 	g.ms = append(g.ms, mb)
 	g.attachLocked(m)
 	g.byCli[cli] = mb
@@ -269,6 +269,9 @@ func (g *Group) bindClient(m *Maint, c *redis.Client) {
 	for _, mb := range g.ms {
 		if mb.m == m {
 			mb.cli = c
+			if mb.probe == nil {
+				mb.probe = probeOf(c)
+			}
 			g.byCli[c] = mb
 		}
 	}
