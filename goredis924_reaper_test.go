@@ -3,7 +3,6 @@
 package maint_test
 
 import (
-	"strings"
 	"testing"
 	"time"
 
@@ -12,18 +11,6 @@ import (
 	"github.com/maintkit/maint"
 	"github.com/maintkit/maint/mainttest"
 )
-
-// clientCloses counts the connections the client closed on ep (go-redis's
-// reaper, its pool's checks, or maint), from the emulator's log.
-func clientCloses(e *env, ep *mainttest.Endpoint) int {
-	n := 0
-	for _, ev := range e.emu.Events() {
-		if ev.Endpoint == ep.Addr() && ev.Kind == mainttest.KindClose && strings.HasPrefix(ev.Detail, "client") {
-			n++
-		}
-	}
-	return n
-}
 
 // v9.24's idle-connection reaper (ConnMaxLifetimeReapInterval) runs beside
 // a handoff: it closes idle connections past ConnMaxIdleTime or

@@ -1627,3 +1627,15 @@ func (l *eventLog) all(k maint.EventKind) []maint.Event {
 	}
 	return out
 }
+
+// clientCloses counts the connections the client closed on ep (go-redis's
+// reaper, its pool's checks, or maint), from the emulator's log.
+func clientCloses(e *env, ep *mainttest.Endpoint) int {
+	n := 0
+	for _, ev := range e.emu.Events() {
+		if ev.Endpoint == ep.Addr() && ev.Kind == mainttest.KindClose && strings.HasPrefix(ev.Detail, "client") {
+			n++
+		}
+	}
+	return n
+}
