@@ -19,23 +19,10 @@ import (
 // none is kept for ever.
 func TestGroupForgetsEveryKindOnceClosed(t *testing.T) {
 	e := quietEnv(t)
-	fo, err := e.emu.AddEndpoint("127.0.0.5:0")
-	require.NoError(t, err)
-	ds, err := e.emu.AddSentinel("127.0.0.9:0", "db", fo)
-	require.NoError(t, err)
-	cl, err := e.emu.NewCluster(mainttest.ClusterConfig{})
-	require.NoError(t, err)
+	k := newEveryKind(t, e)
 	ctx := context.Background()
-	plainOpt := func() *redis.Options { o := e.options(2); o.Dialer = e.emu.Dialer(); return o }
-	clusterOpt := func() *redis.ClusterOptions {
-		return &redis.ClusterOptions{Addrs: cl.Addrs(), Dialer: e.emu.Dialer(), Protocol: 3, PoolSize: 2}
-	}
-	ringOpt := func() *redis.RingOptions {
-		o := ringOptions(map[string]string{"a": e.old.Addr()})
-		o.MinIdleConns = 0
-		return o
-	}
-	failoverOpt := func() *redis.FailoverOptions { o := dsOptions(ds, -1); o.MinIdleConns, o.PoolSize = 0, 2; return o }
+	plainOpt, clusterOpt, failoverOpt := k.plain, k.cluster, k.failover
+	ringOpt := func() *redis.RingOptions { return k.ring(map[string]string{"a": e.old.Addr()}) }
 	mk := map[string]func(g *maint.Group) redis.UniversalClient{
 		"NewClient":   func(g *maint.Group) redis.UniversalClient { return g.NewClient(plainOpt()) },
 		"NewCluster":  func(g *maint.Group) redis.UniversalClient { return g.NewClusterClient(clusterOpt()) },
@@ -73,4 +60,51 @@ func TestGroupForgetsEveryKindOnceClosed(t *testing.T) {
 		waitFor(t, name+": its Maints forgotten once it is closed", 10*time.Second, func() bool { return len(g.Maints()) == 0 })
 		g.Close()
 	}
+}
+
+// everyKind is a world with a node of every kind beside e's: a
+// FailoverClient's master behind an emulated Discovery Service (a node of
+// its own: a MOVING of e.old is for the others) and a 3-node cluster, with
+// the options of a client of each kind on it, small pools, every connection
+// through the emulator's Recorder.
+type everyKind struct {
+	fo *mainttest.Endpoint
+	ds *mainttest.Sentinel
+	cl *mainttest.Cluster
+
+	plain    func() *redis.Options
+	cluster  func() *redis.ClusterOptions
+	ring     func(addrs map[string]string) *redis.RingOptions
+	failover func() *redis.FailoverOptions
+}
+
+func newEveryKind(t *testing.T, e *env) *everyKind {
+	t.Helper()
+	k := &everyKind{}
+	var err error
+	k.fo, err = e.emu.AddEndpoint("127.0.0.5:0")
+	require.NoError(t, err)
+	k.ds, err = e.emu.AddSentinel("127.0.0.9:0", "db", k.fo)
+	require.NoError(t, err)
+	k.cl, err = e.emu.NewCluster(mainttest.ClusterConfig{})
+	require.NoError(t, err)
+	k.plain = func() *redis.Options {
+		o := e.options(2)
+		o.Dialer = e.emu.Dialer() // the Recorder keeps every connection
+		return o
+	}
+	k.cluster = func() *redis.ClusterOptions {
+		return &redis.ClusterOptions{Addrs: k.cl.Addrs(), Dialer: e.emu.Dialer(), Protocol: 3, PoolSize: 2}
+	}
+	k.ring = func(addrs map[string]string) *redis.RingOptions {
+		o := ringOptions(addrs)
+		o.MinIdleConns = 0
+		return o
+	}
+	k.failover = func() *redis.FailoverOptions {
+		o := dsOptions(k.ds, -1)
+		o.MinIdleConns, o.PoolSize = 0, 2
+		return o
+	}
+	return k
 }

@@ -43,37 +43,14 @@ func uptimeRounds() int {
 // cost.
 func TestGroupUptimeEveryKind(t *testing.T) {
 	e := quietEnv(t)
-	// The FailoverClients' master is a node of its own: a MOVING of e.old,
-	// which the Discovery Service would not follow, is for the others.
-	fo, err := e.emu.AddEndpoint("127.0.0.5:0")
-	require.NoError(t, err)
-	ds, err := e.emu.AddSentinel("127.0.0.9:0", "db", fo)
-	require.NoError(t, err)
-	cl, err := e.emu.NewCluster(mainttest.ClusterConfig{})
-	require.NoError(t, err)
+	k := newEveryKind(t, e)
+	fo, cl := k.fo, k.cl
 	g := maint.NewGroup(maint.WithLogf(func(string, ...any) {}))
 	defer g.Close()
 	maint.SetClusterGone(g, 400*time.Millisecond) // the sweeper runs every 100ms
 	ctx := context.Background()
 
-	plainOpt := func() *redis.Options {
-		o := e.options(2)
-		o.Dialer = e.emu.Dialer() // the Recorder keeps every connection
-		return o
-	}
-	clusterOpt := func() *redis.ClusterOptions {
-		return &redis.ClusterOptions{Addrs: cl.Addrs(), Dialer: e.emu.Dialer(), Protocol: 3, PoolSize: 2}
-	}
-	ringOpt := func(addrs map[string]string) *redis.RingOptions {
-		o := ringOptions(addrs)
-		o.MinIdleConns = 0
-		return o
-	}
-	failoverOpt := func() *redis.FailoverOptions {
-		o := dsOptions(ds, -1)
-		o.MinIdleConns, o.PoolSize = 0, 2
-		return o
-	}
+	plainOpt, clusterOpt, ringOpt, failoverOpt := k.plain, k.cluster, k.ring, k.failover
 	oneRing := map[string]string{"a": e.old.Addr()}
 	twoRing := map[string]string{"a": e.old.Addr(), "b": e.new.Addr()}
 	set := func(what string, c redis.Cmdable, i int) {
