@@ -115,8 +115,9 @@ func NewGroup(opts ...Option) *Group {
 // newMaint creates a Maint with the group's options.
 func (g *Group) newMaint() *Maint { return New(g.opts...) }
 
-// add records m, installed on cli (nil when unknown), unless the group is
-// closed: then m is closed and add reports false.
+// add records m, installed on cli (nil when unknown; reserved by reserve
+// on Instrument's route), unless the group is closed: then m is closed and
+// add reports false. Every member is made here, with its probe.
 func (g *Group) add(m *Maint, cli *redis.Client, live *liveHook) bool {
 	g.mu.Lock()
 	if g.closed {

@@ -23,30 +23,22 @@ func TestGroupForgetsEveryKindOnceClosed(t *testing.T) {
 	ctx := context.Background()
 	plainOpt, clusterOpt, failoverOpt := k.plain, k.cluster, k.failover
 	ringOpt := func() *redis.RingOptions { return k.ring(map[string]string{"a": e.old.Addr()}) }
+	instrumented := func(g *maint.Group, c redis.UniversalClient) redis.UniversalClient {
+		require.NoError(t, g.Instrument(c))
+		return c
+	}
 	mk := map[string]func(g *maint.Group) redis.UniversalClient{
 		"NewClient":   func(g *maint.Group) redis.UniversalClient { return g.NewClient(plainOpt()) },
 		"NewCluster":  func(g *maint.Group) redis.UniversalClient { return g.NewClusterClient(clusterOpt()) },
 		"NewRing":     func(g *maint.Group) redis.UniversalClient { return g.NewRing(ringOpt()) },
 		"NewFailover": func(g *maint.Group) redis.UniversalClient { return g.NewFailoverClient(failoverOpt()) },
-		"InstrClient": func(g *maint.Group) redis.UniversalClient {
-			c := redis.NewClient(plainOpt())
-			require.NoError(t, g.Instrument(c))
-			return c
-		},
+		"InstrClient": func(g *maint.Group) redis.UniversalClient { return instrumented(g, redis.NewClient(plainOpt())) },
 		"InstrCluster": func(g *maint.Group) redis.UniversalClient {
-			c := redis.NewClusterClient(clusterOpt())
-			require.NoError(t, g.Instrument(c))
-			return c
+			return instrumented(g, redis.NewClusterClient(clusterOpt()))
 		},
-		"InstrRing": func(g *maint.Group) redis.UniversalClient {
-			c := redis.NewRing(ringOpt())
-			require.NoError(t, g.Instrument(c))
-			return c
-		},
+		"InstrRing": func(g *maint.Group) redis.UniversalClient { return instrumented(g, redis.NewRing(ringOpt())) },
 		"InstrFailover": func(g *maint.Group) redis.UniversalClient {
-			c := redis.NewFailoverClient(failoverOpt())
-			require.NoError(t, g.Instrument(c))
-			return c
+			return instrumented(g, redis.NewFailoverClient(failoverOpt()))
 		},
 	}
 	for name, f := range mk {

@@ -86,8 +86,7 @@ func (g *Group) instrumentClient(c *redis.Client) {
 	}
 	n := conns(c)
 	c.AddHook(hook)
-	g.fill(c, m, nil)
-	g.startClosedSweeper()
+	g.add(m, c, nil) // reserved: its byCli entry is filled in
 	g.unwatched(m, "Instrument", n, 1)
 }
 
@@ -217,7 +216,7 @@ func (g *Group) installNode(node *redis.Client, cs *clusterState, ring bool) (in
 	if cs != nil {
 		g.startClosedSweeper()
 	}
-	g.fill(node, m, live)
+	g.add(m, node, live) // reserved: its byCli entry is filled in
 	return n, true
 }
 
@@ -233,21 +232,6 @@ func (g *Group) reserve(cli *redis.Client) bool {
 	}
 	g.byCli[cli] = nil
 	return true
-}
-
-// fill records m for cli, reserved by reserve.
-func (g *Group) fill(cli *redis.Client, m *Maint, live *liveHook) {
-	g.mu.Lock()
-	if g.closed {
-		g.mu.Unlock()
-		_ = m.Close()
-		return
-	}
-	mb := &member{m: m, cli: cli, live: live, probe: probeOf(cli)}
-	g.ms = append(g.ms, mb)
-	g.attachLocked(m)
-	g.byCli[cli] = mb
-	g.mu.Unlock()
 }
 
 // owns reports whether m is one of g's Maints.
