@@ -394,6 +394,7 @@ type conn struct {
 	// drainAtWrite: the drain cap left it open, a reply owed; its next
 	// write waits for what is owed, then closes it (drainBeforeWrite).
 	drainAtWrite atomic.Bool
+	rl           connRelease // go-redis asked to let it go at its next clean turn (release.go)
 
 	closeOnce  sync.Once
 	closeErr   atomic.Pointer[error] // why the Maint closed it
@@ -512,6 +513,11 @@ func (c *conn) Read(p []byte) (int, error) {
 		c.countReplies()
 		c.restoreRead()
 		return n, c.ioErr(err, nil)
+	}
+	if c.rl.ask.Load() {
+		if n, ok := c.putRelease(p); ok { // release.go
+			return n, nil
+		}
 	}
 	n, err := c.rd.Read(c.rawRd, p)
 	if c.awaitOptIn && err == nil && c.rd.NextIsDropped() {
@@ -663,6 +669,7 @@ func (c *conn) closeIfClosable(why error, keepUnused bool) (closed, owed, blocki
 	if !c.closable(n) {
 		b := c.lastBlocking.Load()
 		c.drainAtWrite.Store(true)
+		c.askRelease()                          // release.go
 		c.state.CompareAndSwap(stateClosing, s) // unless go-redis closed it meanwhile
 		return false, true, b
 	}
@@ -682,23 +689,40 @@ const (
 // drainBeforeWrite is what the write deadline's setter does first on a
 // connection the drain cap left open because a reply was owed. go-redis
 // sets the write deadline before it writes any byte of a command or a
-// batch, so nothing of what comes next is on the wire yet. A full-duplex
-// autopipeliner holds its connection outside the pool's health check (up
-// to FullDuplexMaxHold, 5 s, under load) and writes while replies are owed,
-// which its reader reads meanwhile: the setter waits until every owed reply
-// is read, then closes the connection owing nothing, and its error says
-// the write never happened (errNotWritten, net.ErrClosed). go-redis
-// replays such a batch on another connection within MaxRetries, once,
-// since it never ran; without that, the autopipeliner wrote to the old
-// node until the server's close cut the replies owed, and go-redis ran
-// those commands again. An ordinary command sets its write deadline only
-// once the previous reply is read: nothing is owed, the connection closes
-// at once and the process hooks run the command again, as at the cap.
-// Bounded by the deadline asked for (at most drainWriteWait): past it, or
-// with a stream maint cannot count, the write goes on as before.
+// batch, so nothing of what comes next is on the wire yet.
+//
+// Where go-redis was asked to let the connection go (release.go), the
+// write goes on: go-redis itself ends the connection at its next clean
+// turn. That is the only safe end for a full-duplex autopipeliner's
+// connection, written while replies are owed (up to FullDuplexMaxHold,
+// 5 s, outside the pool's health check): a close at any of its writes may
+// cut replies whose bytes its reader has but has not parsed, and it runs
+// such commands again. A release whose push no handler took within
+// releaseWait (a redis.Conn's: its own push processor) leaves the
+// connection to the close below.
+//
+// Otherwise the setter waits until every owed reply is read, then closes
+// the connection owing nothing, and its error says the write never
+// happened (errNotWritten, net.ErrClosed): a held connection (redis.Conn,
+// EphemeralConn) writes one command at a time, after it read the reply of
+// the one before, and the process hooks run the command again on another
+// connection, as at the cap. Bounded by the deadline asked for (at most
+// drainWriteWait): past it, or with a stream maint cannot count, the
+// write goes on as before.
 func (c *conn) drainBeforeWrite(until time.Time) error {
-	if !c.drainAtWrite.Load() || c.lost.Load() {
+	if !c.drainAtWrite.Load() || c.lost.Load() || c.rl.marked.Load() {
 		return nil
+	}
+	duplex := c.owed() > 0 // written while replies are owed: full-duplex autopipelining
+	switch {
+	case c.rl.ask.Load():
+		return nil // the release goes into the read stream before this write's reply
+	case c.rl.sent.Load():
+		if duplex || c.waitMarked() {
+			return nil // go-redis reads it before the reply owed, or has
+		}
+	case duplex:
+		c.warnUnreleased() // release.go
 	}
 	if limit := time.Now().Add(drainWriteWait); until.IsZero() || until.After(limit) {
 		until = limit
@@ -706,6 +730,9 @@ func (c *conn) drainBeforeWrite(until time.Time) error {
 	for {
 		closed, owed, _ := c.closeIfClosable(ErrDrainCap, false)
 		if closed {
+			if c.rl.sent.Load() {
+				c.m.c.releasesUnmarked.Add(1)
+			}
 			return c.notWritten(c.ioErr(net.ErrClosed, nil))
 		}
 		if !owed || c.m.stopped.Load() || time.Now().After(until) {

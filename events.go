@@ -230,6 +230,12 @@ type Stats struct {
 	// lazily (see docs/design.md), fired before the deadline go-redis
 	// asked for, and which went on under that one.
 	Rearms uint64
+	// ReleasesAsked counts the connections that owed replies at the drain
+	// cap and were handed to go-redis to let go at their next clean turn
+	// (release.go); ReleasesMarked those go-redis marked through maint's
+	// push handler; ReleasesUnmarked those no handler took (a redis.Conn's),
+	// closed at a write once nothing was owed.
+	ReleasesAsked, ReleasesMarked, ReleasesUnmarked uint64
 }
 
 // add adds o to s.
@@ -257,13 +263,17 @@ func (s *Stats) add(o Stats) {
 	s.ProbesReused += o.ProbesReused
 	s.ProbesUnused += o.ProbesUnused
 	s.Rearms += o.Rearms
+	s.ReleasesAsked += o.ReleasesAsked
+	s.ReleasesMarked += o.ReleasesMarked
+	s.ReleasesUnmarked += o.ReleasesUnmarked
 }
 
 type counters struct {
 	handshakes, handshakeErrors, poolRetries, notWrittenReruns,
 	notifications, malformed, replayed, oversize, refusedSuccessors, handoffs, retired, closedAtCap, busyAtCap, owedAtCap,
 	doomed, held, heldTimeouts, relaxations, unsupported,
-	probes, sparesTaken, sparesUnused, rearms atomic.Uint64
+	probes, sparesTaken, sparesUnused, rearms,
+	releasesAsked, releasesMarked, releasesUnmarked atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
@@ -292,6 +302,9 @@ func (c *counters) snapshot() Stats {
 		ProbesReused:      c.sparesTaken.Load(),
 		ProbesUnused:      c.sparesUnused.Load(),
 		Rearms:            c.rearms.Load(),
+		ReleasesAsked:     c.releasesAsked.Load(),
+		ReleasesMarked:    c.releasesMarked.Load(),
+		ReleasesUnmarked:  c.releasesUnmarked.Load(),
 	}
 }
 

@@ -126,6 +126,7 @@ func (g *Group) add(m *Maint, cli *redis.Client, live *liveHook) bool {
 		return false
 	}
 	mb := &member{m: m, cli: cli, live: live, probe: probeOf(cli)}
+	m.rel.register(cli)
 	g.ms = append(g.ms, mb)
 	g.attachLocked(m)
 	if cli != nil {

@@ -48,6 +48,7 @@ type Maint struct {
 	mis       misuseWatch    // misuse detection, options claimed (misuse.go)
 	deferred  deferredCloses // failover closes waiting for owed replies (failover_close.go)
 	emptied   emptiedNode    // a cluster node client's node left with no slot (cluster.go)
+	rel       releases       // asking go-redis to let a connection go (release.go)
 }
 
 var _ redis.Hook = (*Maint)(nil)
@@ -243,6 +244,7 @@ func (m *Maint) NewClient(opt *redis.Options) *redis.Client {
 	m.Configure(opt)
 	rdb := redis.NewClient(opt)
 	rdb.AddHook(m)
+	m.rel.register(rdb)
 	return rdb
 }
 

@@ -253,6 +253,7 @@ func (g *Group) bindClient(m *Maint, c *redis.Client) {
 	for _, mb := range g.ms {
 		if mb.m == m {
 			mb.cli = c
+			m.rel.register(c)
 			if mb.probe == nil {
 				mb.probe = probeOf(c)
 			}

@@ -1,0 +1,174 @@
+package maint
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/push"
+)
+
+// A release asks go-redis itself to let a retired connection go at its
+// next clean turn, for a connection that owes replies when the drain cap
+// passes and that maint cannot close without cutting them.
+//
+// Why: go-redis v9.24's full-duplex autopipeliner holds a connection
+// outside the pool (up to FullDuplexMaxHold, 5 s) and writes while replies
+// are owed. maint cannot close such a connection at any write: go-redis's
+// reader may not yet have parsed replies whose bytes maint has delivered,
+// and a connection error makes the autopipeliner replay every command it
+// has not parsed, so commands that ran would run again. Only go-redis
+// knows when its reader is at a clean point, and it looks for one mark
+// there: the pool connection's handoff mark (ShouldHandoff), which
+// go-redis's own handler sets at a MOVING. The autopipeliner then ends its
+// session cleanly (its reader drains every reply owed) and puts the
+// connection back; marked to close on its put (MarkCloseOnPut), the pool
+// removes it. An ordinary connection is removed at its put the same way.
+//
+// How maint reaches the mark: through go-redis's public push seam. The
+// Maint registers a handler for a push of its own (releasePush) on every
+// client it knows (NewClient, a Group's clients, Instrument), and puts
+// that push into the connection's read stream at a frame boundary, before
+// the next reply owed. go-redis reads pushes before each reply and hands
+// them, with the pool connection they came on, to the handler, which
+// marks it. The push never reaches the server or the application.
+//
+// Where maint does not know the client (AddHook or Configure alone), or
+// the connection is held by a redis.Conn (its own push processor), no
+// handler runs: the connection is closed at its next write once nothing
+// is owed, as before (drainBeforeWrite), and a full-duplex connection met
+// there is said once at Warn, since that close can run commands twice.
+// Pinned by TestContractReleasePushMarksThePoolConn.
+
+// releasePush is the name of maint's release push; releaseFrame the push
+// as go-redis reads it (RESP3, a one-element push).
+const releasePush = "maint-release"
+
+var releaseFrame = []byte(">1\r\n$13\r\n" + releasePush + "\r\n")
+
+// releaseWait bounds how long a write waits for the handler of a release
+// already in the read stream: go-redis's reader runs it as soon as the
+// read that brought it returns, on the same goroutine, so only a
+// connection whose push no handler takes (a redis.Conn's) waits it out.
+const releaseWait = 100 * time.Millisecond
+
+// releases is the Maint's side: whether a handler is registered on a
+// client of the Maint, and the one warning. Counted in Stats
+// (ReleasesAsked, ReleasesMarked, ReleasesUnmarked).
+type releases struct {
+	registered atomic.Bool
+	warnOnce   sync.Once
+}
+
+// connRelease is a connection's side, written by the drain cap (ask), the
+// reader (sent) and the handler (marked).
+type connRelease struct {
+	ask    atomic.Bool // put the push into the read stream at the next frame boundary
+	sent   atomic.Bool // the push is in the read stream
+	marked atomic.Bool // go-redis handed it to the handler: the pool connection is marked
+}
+
+// register registers the release handler on cli, once per client; a
+// client of RESP2, whose connections carry no pushes, gets none.
+func (r *releases) register(cli *redis.Client) {
+	if cli == nil {
+		return
+	}
+	if p := cli.Options().Protocol; p != 0 && p != 3 {
+		return
+	}
+	if cli.GetPushNotificationHandler(releasePush) == nil {
+		if err := cli.RegisterPushNotificationHandler(releasePush, releaseHandler{}, false); err != nil {
+			return // registered meanwhile, by another route to the same client
+		}
+	}
+	r.registered.Store(true)
+}
+
+// askRelease asks for c's release if go-redis can be asked: a handler is
+// registered on a client of the Maint, the connection speaks RESP3 with
+// the server (it opted in) and is not a subscriber. It reports whether
+// the release was asked.
+func (c *conn) askRelease() bool {
+	if !c.m.rel.registered.Load() || !c.optedIn.Load() || c.sub.Load() {
+		return false
+	}
+	c.rl.ask.Store(true)
+	return true
+}
+
+// putRelease puts the release push into p, in place of a read, when it is
+// asked, the stream stands at a frame boundary and a reply is owed (so
+// that go-redis, reading pushes before each reply, takes it at once). It
+// runs on the connection's reader, before a read.
+func (c *conn) putRelease(p []byte) (int, bool) {
+	if c.awaitOptIn || len(p) < len(releaseFrame) || !c.rd.AtBoundary() || c.owed() <= 0 {
+		return 0, false
+	}
+	if !c.rl.ask.CompareAndSwap(true, false) {
+		return 0, false
+	}
+	c.rl.sent.Store(true)
+	c.m.c.releasesAsked.Add(1)
+	return copy(p, releaseFrame), true
+}
+
+// waitMarked waits, up to releaseWait, for the handler of a release in
+// the read stream, and reports whether it ran.
+func (c *conn) waitMarked() bool {
+	limit := time.Now().Add(releaseWait)
+	for !c.rl.marked.Load() {
+		if !c.rl.sent.Load() && !c.rl.ask.Load() || time.Now().After(limit) || c.m.stopped.Load() {
+			return false
+		}
+		time.Sleep(drainWritePoll)
+	}
+	return true
+}
+
+// warnUnreleased says once at Warn that a full-duplex connection (one
+// written while replies were owed) met the drain cap on a Maint that
+// cannot ask go-redis for its release: it is closed at a write once
+// nothing is owed, and go-redis may run commands whose replies it had
+// read but not parsed again.
+func (c *conn) warnUnreleased() {
+	c.m.rel.warnOnce.Do(func() {
+		c.m.warn("a connection written while replies are owed (go-redis's full-duplex autopipelining) "+
+			"is closed at a write after the drain cap; go-redis may run commands it had not parsed again. "+
+			"Install maint where it knows the client: maint.Instrument(rdb), a Group, or Maint.NewClient",
+			"node", c.n.key)
+	})
+}
+
+// releaseHandler is the push handler of maint's release push: it marks
+// the pool connection the push came on for handoff, and to close on put.
+type releaseHandler struct{}
+
+// poolConnMarks is what the handler needs of go-redis's pool connection
+// (its methods are exported; the type is internal).
+type poolConnMarks interface {
+	GetNetConn() net.Conn
+	MarkCloseOnPut(reason string)
+	MarkForHandoff(newEndpoint string, seqID int64) error
+}
+
+// HandlePushNotification marks the connection the push came on.
+func (releaseHandler) HandlePushNotification(_ context.Context, hctx push.NotificationHandlerContext, _ []interface{}) error {
+	pc, ok := hctx.Conn.(poolConnMarks)
+	if !ok {
+		return nil
+	}
+	c, ok := pc.GetNetConn().(*conn)
+	if !ok || !c.rl.sent.Load() {
+		return nil // not one of maint's, or not asked: nothing of maint's to mark
+	}
+	pc.MarkCloseOnPut(ErrDrainCap.Error())
+	_ = pc.MarkForHandoff("", 0) // already marked: go-redis's own handler did
+	if !c.rl.marked.Swap(true) {
+		c.m.c.releasesMarked.Add(1)
+	}
+	return nil
+}
