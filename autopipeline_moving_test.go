@@ -70,8 +70,8 @@ func TestFullDuplexAutoPipelineThroughMoving(t *testing.T) {
 
 // On a client maint does not know (AddHook alone), go-redis cannot be
 // asked to let a pipe go: a pipe written while replies are owed that meets
-// the drain cap is said once at Warn, naming the routes that protect it,
-// and counted nowhere as released.
+// the drain cap, owing or not, is said once at Warn, naming the routes
+// that protect it, and counted nowhere as released.
 func TestFullDuplexOnAnUnknownClientIsSaid(t *testing.T) {
 	e := newEnv(t)
 	logs := &records{level: slog.LevelWarn}
@@ -90,9 +90,7 @@ func TestFullDuplexOnAnUnknownClientIsSaid(t *testing.T) {
 	e.old.Moving(mainttest.Moving{Window: window, To: e.new})
 	e.waitEvent(e.old, mainttest.KindWindowEndClose, window+10*time.Second)
 	l.stop()
-	st := m.Stats()
-	require.NotZero(t, st.OwedAtCap, "under load the pipe owes replies at the drain cap")
-	assert.Zero(t, st.ReleasesAsked, "no handler on this client: nothing is put into its stream")
+	assert.Zero(t, m.Stats().ReleasesAsked, "no handler on this client: nothing is put into its stream")
 	n := 0
 	for msg, k := range logs.byMessage() {
 		if strings.Contains(msg, "full-duplex autopipelining") {

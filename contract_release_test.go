@@ -29,7 +29,13 @@ var testReleaseFrame = []byte(fmt.Sprintf(">1\r\n$%d\r\n%s\r\n", len(testRelease
 // pushingConn puts testReleaseFrame in place of its next read once armed.
 type pushingConn struct {
 	net.Conn
-	armed atomic.Bool
+	armed  atomic.Bool
+	closed atomic.Bool
+}
+
+func (c *pushingConn) Close() error {
+	c.closed.Store(true)
+	return c.Conn.Close()
 }
 
 func (c *pushingConn) Read(p []byte) (int, error) {
@@ -62,6 +68,14 @@ func (d *pushingDialer) dials() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return len(d.conns)
+}
+
+func (d *pushingDialer) armAll() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range d.conns {
+		c.armed.Store(true)
+	}
 }
 
 func (d *pushingDialer) last() *pushingConn {
@@ -151,7 +165,7 @@ func TestContractReleasePushMarksThePoolConn(t *testing.T) {
 // whose held connection is marked for handoff (by a push read before a
 // reply, as above) ends its session cleanly at its next turn, long before
 // FullDuplexMaxHold: its reader drains every reply owed, the connection is
-// removed at its put, and the next session dials. No command fails or runs
+// closed, removed at its put, and the next session serves. No command fails or runs
 // twice (retries off: a replay would show as a count above the replies).
 func TestContractFullDuplexEndsAMarkedSession(t *testing.T) {
 	ctx := context.Background()
@@ -174,6 +188,8 @@ func TestContractFullDuplexEndsAMarkedSession(t *testing.T) {
 	var firstErr atomic.Pointer[error]
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	halt := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	defer halt()
 	for i := 0; i < 16; i++ {
 		wg.Add(1)
 		go func() {
@@ -194,19 +210,22 @@ func TestContractFullDuplexEndsAMarkedSession(t *testing.T) {
 		}()
 	}
 	waitUntil(t, "load", func() bool { return ok.Load() > 2000 })
-	n := d.dials()
-	d.last().armed.Store(true)
+	// Every connection armed: the session's (whichever pool it came
+	// from) reads the push; an idle spare reads nothing.
+	d.armAll()
 	start := time.Now()
-	waitUntil(t, "the marked session's end", func() bool { return d.dials() > n })
+	waitUntil(t, "the push read by the session", func() bool { seen, _ := h.calls(); return len(seen) > 0 })
+	seen, _ := h.calls()
+	marked, _ := seen[0].(*pushingConn)
+	require.NotNil(t, marked)
+	waitUntil(t, "the marked session's end", func() bool { return marked.closed.Load() })
 	took := time.Since(start)
 	base := ok.Load()
 	waitUntil(t, "load on the next session", func() bool { return ok.Load() > base+2000 })
-	close(stop)
-	wg.Wait()
+	halt()
 
-	seen, errs := h.calls()
+	_, errs := h.calls()
 	assert.Empty(t, errs)
-	assert.Len(t, seen, 1)
 	assert.Less(t, took, 30*time.Second, "ended by the mark, not by FullDuplexMaxHold (1 min)")
 	if p := firstErr.Load(); p != nil {
 		t.Errorf("%d commands failed, the first: %v", failed.Load(), *p)

@@ -363,6 +363,7 @@ func (c *conn) SetWriteDeadline(t time.Time) error {
 	if c.checking.Load() {
 		c.checking.Store(false)
 	}
+	c.noteWriteDeadline() // release.go
 	asked := askedOf(t)
 	c.wdl.asked.Store(asked)
 	e := c.n.epoch.Load()

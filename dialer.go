@@ -665,8 +665,10 @@ func (c *conn) closeIfClosable(why error, keepUnused bool) (closed, owed, blocki
 		c.state.CompareAndSwap(stateClosing, s)
 		return false, false, false
 	}
-	n := c.owed() // once: a Write counted since is refused, see refused
-	if !c.closable(n) {
+	// Owed read once: a Write counted since is refused, see refused. A
+	// full-duplex connection owing nothing is kept for its release too.
+	n := c.owed()
+	if !c.closable(n) || n == 0 && c.keptForRelease() { // release.go
 		b := c.lastBlocking.Load()
 		c.drainAtWrite.Store(true)
 		c.askRelease()                          // release.go
@@ -713,7 +715,7 @@ func (c *conn) drainBeforeWrite(until time.Time) error {
 	if !c.drainAtWrite.Load() || c.lost.Load() || c.rl.marked.Load() {
 		return nil
 	}
-	duplex := c.owed() > 0 // written while replies are owed: full-duplex autopipelining
+	duplex := c.rl.duplex.Load() || c.owed() > 0 // full-duplex autopipelining (release.go)
 	switch {
 	case c.rl.ask.Load():
 		return nil // the release goes into the read stream before this write's reply

@@ -66,6 +66,13 @@ type releases struct {
 // connRelease is a connection's side, written by the drain cap (ask), the
 // reader (sent) and the handler (marked).
 type connRelease struct {
+	// duplex: a write deadline was set while replies were owed, which only
+	// a full-duplex autopipeliner does (go-redis writes a pipeline under
+	// one deadline, and an ordinary command after the reply before it).
+	// Such a connection is never closed at the drain cap while a release
+	// can be asked: the reply bytes maint counted as read may not have been
+	// parsed yet, owed or not. Set by the writer, in SetWriteDeadline.
+	duplex atomic.Bool
 	ask    atomic.Bool // put the push into the read stream at the next frame boundary
 	sent   atomic.Bool // the push is in the read stream
 	marked atomic.Bool // go-redis handed it to the handler: the pool connection is marked
@@ -100,6 +107,30 @@ func (c *conn) askRelease() bool {
 	return true
 }
 
+// noteWriteDeadline records, at a write deadline, whether the connection
+// is written while replies are owed (connRelease.duplex): four atomic
+// loads until it is.
+func (c *conn) noteWriteDeadline() {
+	if !c.rl.duplex.Load() && c.owed() > 0 {
+		c.rl.duplex.Store(true)
+	}
+}
+
+// keptForRelease reports whether the drain cap leaves c, owing nothing by
+// maint's count, open for its release: a full-duplex connection whose
+// release go-redis can be asked for (see connRelease.duplex). A
+// full-duplex connection it closes is said once (warnUnreleased).
+func (c *conn) keptForRelease() bool {
+	if !c.rl.duplex.Load() || c.sub.Load() {
+		return false
+	}
+	if c.askRelease() {
+		return true
+	}
+	c.warnUnreleased()
+	return false
+}
+
 // putRelease puts the release push into p, in place of a read, when it is
 // asked, the stream stands at a frame boundary and a reply is owed (so
 // that go-redis, reading pushes before each reply, takes it at once). It
@@ -131,13 +162,13 @@ func (c *conn) waitMarked() bool {
 
 // warnUnreleased says once at Warn that a full-duplex connection (one
 // written while replies were owed) met the drain cap on a Maint that
-// cannot ask go-redis for its release: it is closed at a write once
-// nothing is owed, and go-redis may run commands whose replies it had
-// read but not parsed again.
+// cannot ask go-redis for its release: it is closed at the cap or at a
+// write once nothing is owed, and go-redis may run commands whose replies
+// it had read but not parsed again.
 func (c *conn) warnUnreleased() {
 	c.m.rel.warnOnce.Do(func() {
 		c.m.warn("a connection written while replies are owed (go-redis's full-duplex autopipelining) "+
-			"is closed at a write after the drain cap; go-redis may run commands it had not parsed again. "+
+			"was closed at the drain cap; go-redis may run commands it had not parsed again. "+
 			"Install maint where it knows the client: maint.Instrument(rdb), a Group, or Maint.NewClient",
 			"node", c.n.key)
 	})
