@@ -338,6 +338,7 @@ func (c *conn) SetReadDeadline(t time.Time) error {
 	if c.checking.Load() {
 		c.checking.Store(false)
 	}
+	c.noteReadDeadline() // release.go
 	asked := askedOf(t)
 	c.rdl.asked.Store(asked)
 	e := c.n.epoch.Load()

@@ -391,10 +391,10 @@ type conn struct {
 	optInSent atomic.Int64 // mono: when the opt-in was written
 	hsLead    *hsState     // the endpoint's opt-in others wait for is this one's (guarded by handshakes.mu)
 
-	// drainAtWrite: the drain cap left it open, a reply owed; its next
-	// write waits for what is owed, then closes it (drainBeforeWrite).
-	drainAtWrite atomic.Bool
-	rl           connRelease // go-redis asked to let it go at its next clean turn (release.go)
+	// rl: the drain cap left it open (its next write waits for what is
+	// owed, then closes it: drainBeforeWrite), or asked go-redis to let it
+	// go at its next clean turn (release.go).
+	rl connRelease
 
 	closeOnce  sync.Once
 	closeErr   atomic.Pointer[error] // why the Maint closed it
@@ -514,7 +514,7 @@ func (c *conn) Read(p []byte) (int, error) {
 		c.restoreRead()
 		return n, c.ioErr(err, nil)
 	}
-	if c.rl.ask.Load() {
+	if c.rl.has(rlAsk) {
 		if n, ok := c.putRelease(p); ok { // release.go
 			return n, nil
 		}
@@ -670,7 +670,7 @@ func (c *conn) closeIfClosable(why error, keepUnused bool) (closed, owed, blocki
 	n := c.owed()
 	if !c.closable(n) || n == 0 && c.keptForRelease() { // release.go
 		b := c.lastBlocking.Load()
-		c.drainAtWrite.Store(true)
+		c.rl.set(rlDrainAtWrite)
 		c.askRelease()                          // release.go
 		c.state.CompareAndSwap(stateClosing, s) // unless go-redis closed it meanwhile
 		return false, true, b
@@ -712,14 +712,14 @@ const (
 // drainWriteWait): past it, or with a stream maint cannot count, the
 // write goes on as before.
 func (c *conn) drainBeforeWrite(until time.Time) error {
-	if !c.drainAtWrite.Load() || c.lost.Load() || c.rl.marked.Load() {
+	if f := c.rl.f.Load(); f&rlDrainAtWrite == 0 || f&rlMarked != 0 || c.lost.Load() {
 		return nil
 	}
-	duplex := c.rl.duplex.Load() || c.owed() > 0 // full-duplex autopipelining (release.go)
+	duplex := c.rl.has(rlDuplex) || c.owed() > 0 // full-duplex autopipelining (release.go)
 	switch {
-	case c.rl.ask.Load():
+	case c.rl.has(rlAsk):
 		return nil // the release goes into the read stream before this write's reply
-	case c.rl.sent.Load():
+	case c.rl.has(rlSent):
 		if duplex || c.waitMarked() {
 			return nil // go-redis reads it before the reply owed, or has
 		}
@@ -732,7 +732,7 @@ func (c *conn) drainBeforeWrite(until time.Time) error {
 	for {
 		closed, owed, _ := c.closeIfClosable(ErrDrainCap, false)
 		if closed {
-			if c.rl.sent.Load() {
+			if c.rl.has(rlSent) {
 				c.m.c.releasesUnmarked.Add(1)
 			}
 			return c.notWritten(c.ioErr(net.ErrClosed, nil))

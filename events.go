@@ -236,6 +236,10 @@ type Stats struct {
 	// push handler; ReleasesUnmarked those no handler took (a redis.Conn's),
 	// closed at a write once nothing was owed.
 	ReleasesAsked, ReleasesMarked, ReleasesUnmarked uint64
+	// NoOptIn counts the connections that carried commands without an
+	// opt-in while no connection of the Maint had one: maint is installed
+	// but told nothing (said once at Warn; see handshake.go).
+	NoOptIn uint64
 }
 
 // add adds o to s.
@@ -266,6 +270,7 @@ func (s *Stats) add(o Stats) {
 	s.ReleasesAsked += o.ReleasesAsked
 	s.ReleasesMarked += o.ReleasesMarked
 	s.ReleasesUnmarked += o.ReleasesUnmarked
+	s.NoOptIn += o.NoOptIn
 }
 
 type counters struct {
@@ -273,7 +278,7 @@ type counters struct {
 	notifications, malformed, replayed, oversize, refusedSuccessors, handoffs, retired, closedAtCap, busyAtCap, owedAtCap,
 	doomed, held, heldTimeouts, relaxations, unsupported,
 	probes, sparesTaken, sparesUnused, rearms,
-	releasesAsked, releasesMarked, releasesUnmarked atomic.Uint64
+	releasesAsked, releasesMarked, releasesUnmarked, noOptIn atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
@@ -305,6 +310,7 @@ func (c *counters) snapshot() Stats {
 		ReleasesAsked:     c.releasesAsked.Load(),
 		ReleasesMarked:    c.releasesMarked.Load(),
 		ReleasesUnmarked:  c.releasesUnmarked.Load(),
+		NoOptIn:           c.noOptIn.Load(),
 	}
 }
 

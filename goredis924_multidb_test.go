@@ -181,12 +181,16 @@ func TestMultiDBMemberHalfProtected(t *testing.T) {
 				tc.name, acked, failed, st, e1.old.Stats(), before, changes(), ev)
 			require.NotZero(t, before, "NewMultiDBClient's health check dialled before the hook went in")
 			assert.Zero(t, st.Held, "nothing held")
+			if !off {
+				assert.Zero(t, st.NoOptIn, "the member opted in")
+			}
 			switch {
 			case off:
 				assert.Zero(t, e1.old.Stats().OptedIn, "no connection opted in")
 				assert.Zero(t, st.Notifications, "maint was told of nothing")
 				assert.Zero(t, st.Handoffs)
 				assert.NotZero(t, e1.old.Stats().ClosedAtWindowEnd, "the old node closes the member's connections at the window's end")
+				assert.NotZero(t, st.NoOptIn, "maint says it is told nothing (TestNoOptInIsSaid)")
 			case tc.configure:
 				assert.Equal(t, uint64(1), st.Handoffs, "the Maint handed off")
 				assert.NotZero(t, st.Retired)

@@ -6,6 +6,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/maintkit/maint/internal/resp"
@@ -112,6 +113,9 @@ const handshakeWait = time.Second
 // cooldown. Its methods are the only ones to touch it; bounded (maxHS).
 type handshakes struct {
 	retry time.Duration // how long a refusal for lack of support is remembered (HandshakeRetry)
+
+	sawOptIn atomic.Bool // a connection of the Maint was opened with an opt-in
+	noOptIn  sync.Once   // said once: connections open without one (noteNoOptIn)
 
 	mu sync.Mutex // guards m, and the hsLead of every connection
 	m  map[string]*hsState
@@ -267,6 +271,7 @@ func (c *conn) writeFirst(p []byte, commands int) (int, error) {
 		return n, err
 	}
 	c.optInSent.Store(monoNow())
+	c.m.hs.sawOptIn.Store(true)
 	if _, err := c.writeRaw(cmd); err != nil {
 		return n, err
 	}
@@ -396,12 +401,14 @@ func (c *conn) noteHandshakeWrite(p []byte) (movable bool) {
 		}
 		if !isHandshakeCommand(name) {
 			c.carried.Store(true)
+			c.noteCarrying()
 			return !eqFoldASCII(name, "watch") && !isSubscribing(name)
 		}
 		if eqFoldASCII(name, "client") && eqFoldASCII(arg, "maint_notifications") {
 			now := monoNow()
 			c.optInTime.Store(now)
 			c.optInSent.Store(now)
+			c.m.hs.sawOptIn.Store(true)
 			c.optInAt.Store(c.written.Load() + 1) // its reply is the written-th
 		}
 		if next >= len(p) {
@@ -410,7 +417,29 @@ func (c *conn) noteHandshakeWrite(p []byte) (movable bool) {
 		i = next
 	}
 	c.carried.Store(true)
+	c.noteCarrying()
 	return true
+}
+
+// noteCarrying runs once per connection, at its first command of the
+// application: a connection opened without the opt-in (neither go-redis's
+// nor maint's was written) will be told of no maintenance. When no
+// connection of the Maint has had one, maint is installed but off: said
+// once at Warn, and counted (Stats.NoOptIn). A connection left without one
+// because another's opt-in to the endpoint was refused lately is not.
+func (c *conn) noteCarrying() {
+	if c.optInSent.Load() != 0 || c.awaitOptIn ||
+		c.m.hs.sawOptIn.Load() || c.m.stopped.Load() {
+		return
+	}
+	c.m.c.noOptIn.Add(1)
+	c.m.hs.noOptIn.Do(func() {
+		c.m.warn("connections open without the maintenance opt-in (CLIENT MAINT_NOTIFICATIONS): "+
+			"the server tells maint of no maintenance, and maint does nothing for this client. "+
+			"The opt-in needs RESP3 (Protocol 3) and either maint's dial path (Configure, NewClient, a Group, Instrument) "+
+			"or go-redis's MaintNotificationsConfig not disabled (NewMultiDBClient disables it on members that set none)",
+			"endpoint", c.t.addr)
+	})
 }
 
 // isHandshakeCommand reports whether name is one of the commands go-redis

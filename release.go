@@ -63,20 +63,41 @@ type releases struct {
 	warnOnce   sync.Once
 }
 
-// connRelease is a connection's side, written by the drain cap (ask), the
-// reader (sent) and the handler (marked).
-type connRelease struct {
-	// duplex: a write deadline was set while replies were owed, which only
-	// a full-duplex autopipeliner does (go-redis writes a pipeline under
-	// one deadline, and an ordinary command after the reply before it).
-	// Such a connection is never closed at the drain cap while a release
-	// can be asked: the reply bytes maint counted as read may not have been
-	// parsed yet, owed or not. Set by the writer, in SetWriteDeadline.
-	duplex atomic.Bool
-	ask    atomic.Bool // put the push into the read stream at the next frame boundary
-	sent   atomic.Bool // the push is in the read stream
-	marked atomic.Bool // go-redis handed it to the handler: the pool connection is marked
-}
+// connRelease is a connection's side, one word of flags (the connection
+// is sized to its allocation class): set by the drain cap (drain at write,
+// ask), the writer (duplex), the reader (fresh, sent) and the handler
+// (marked).
+type connRelease struct{ f atomic.Uint32 }
+
+const (
+	// rlDuplex: a write deadline was set while replies were owed, which
+	// only a full-duplex autopipeliner does (go-redis writes a pipeline
+	// under one deadline, and an ordinary command after the reply before
+	// it). Such a connection is never closed at the drain cap while a
+	// release can be asked: the reply bytes maint counted as read may not
+	// have been parsed yet, owed or not.
+	rlDuplex uint32 = 1 << iota
+	// rlDrainAtWrite: the drain cap left the connection open, a reply owed
+	// (or full-duplex); its next write waits for what is owed, then closes
+	// it, unless go-redis was asked to let it go (drainBeforeWrite).
+	rlDrainAtWrite
+	rlAsk // put the push into the read stream at the next fresh read at a frame boundary
+	// rlFresh: a read deadline was set since the last read, while a release
+	// was asked. go-redis sets one before each read of replies (WithReader)
+	// and reads pushes first (a peek): only that first read may carry the
+	// push. A later read may be a reply's parse going on (a blocking
+	// command's, after its read returned), which would take the push for
+	// its reply.
+	rlFresh
+	rlSent   // the push is in the read stream
+	rlMarked // go-redis handed it to the handler: the pool connection is marked
+)
+
+func (r *connRelease) has(b uint32) bool { return r.f.Load()&b != 0 }
+func (r *connRelease) set(b uint32)      { r.f.Or(b) }
+
+// take clears b and reports whether it was set.
+func (r *connRelease) take(b uint32) bool { return r.f.And(^b)&b != 0 }
 
 // register registers the release handler on cli, once per client; a
 // client of RESP2, whose connections carry no pushes, gets none.
@@ -95,6 +116,14 @@ func (r *releases) register(cli *redis.Client) {
 	r.registered.Store(true)
 }
 
+// noteReadDeadline marks the next read fresh (rlFresh) while a release
+// is asked: one atomic load otherwise.
+func (c *conn) noteReadDeadline() {
+	if c.rl.has(rlAsk) {
+		c.rl.set(rlFresh)
+	}
+}
+
 // askRelease asks for c's release if go-redis can be asked: a handler is
 // registered on a client of the Maint, the connection speaks RESP3 with
 // the server (it opted in) and is not a subscriber. It reports whether
@@ -103,25 +132,25 @@ func (c *conn) askRelease() bool {
 	if !c.m.rel.registered.Load() || !c.optedIn.Load() || c.sub.Load() {
 		return false
 	}
-	c.rl.ask.Store(true)
+	c.rl.set(rlAsk)
 	return true
 }
 
 // noteWriteDeadline records, at a write deadline, whether the connection
-// is written while replies are owed (connRelease.duplex): four atomic
-// loads until it is.
+// is written while replies are owed (rlDuplex): four atomic loads until
+// it is.
 func (c *conn) noteWriteDeadline() {
-	if !c.rl.duplex.Load() && c.owed() > 0 {
-		c.rl.duplex.Store(true)
+	if !c.rl.has(rlDuplex) && c.owed() > 0 {
+		c.rl.set(rlDuplex)
 	}
 }
 
 // keptForRelease reports whether the drain cap leaves c, owing nothing by
 // maint's count, open for its release: a full-duplex connection whose
-// release go-redis can be asked for (see connRelease.duplex). A
+// release go-redis can be asked for (see rlDuplex). A
 // full-duplex connection it closes is said once (warnUnreleased).
 func (c *conn) keptForRelease() bool {
-	if !c.rl.duplex.Load() || c.sub.Load() {
+	if !c.rl.has(rlDuplex) || c.sub.Load() {
 		return false
 	}
 	if c.askRelease() {
@@ -132,17 +161,18 @@ func (c *conn) keptForRelease() bool {
 }
 
 // putRelease puts the release push into p, in place of a read, when it is
-// asked, the stream stands at a frame boundary and a reply is owed (so
-// that go-redis, reading pushes before each reply, takes it at once). It
-// runs on the connection's reader, before a read.
+// asked, the read is the first since a read deadline (go-redis's peek for
+// pushes, rlFresh), the stream stands at a frame boundary and a reply is
+// owed: go-redis takes it at once, before the reply. It runs on the
+// connection's reader, before a read.
 func (c *conn) putRelease(p []byte) (int, bool) {
-	if c.awaitOptIn || len(p) < len(releaseFrame) || !c.rd.AtBoundary() || c.owed() <= 0 {
+	if !c.rl.take(rlFresh) || c.awaitOptIn || len(p) < len(releaseFrame) || !c.rd.AtBoundary() || c.owed() <= 0 {
 		return 0, false
 	}
-	if !c.rl.ask.CompareAndSwap(true, false) {
+	if !c.rl.take(rlAsk) {
 		return 0, false
 	}
-	c.rl.sent.Store(true)
+	c.rl.set(rlSent)
 	c.m.c.releasesAsked.Add(1)
 	return copy(p, releaseFrame), true
 }
@@ -151,8 +181,8 @@ func (c *conn) putRelease(p []byte) (int, bool) {
 // the read stream, and reports whether it ran.
 func (c *conn) waitMarked() bool {
 	limit := time.Now().Add(releaseWait)
-	for !c.rl.marked.Load() {
-		if !c.rl.sent.Load() && !c.rl.ask.Load() || time.Now().After(limit) || c.m.stopped.Load() {
+	for !c.rl.has(rlMarked) {
+		if !c.rl.has(rlSent|rlAsk) || time.Now().After(limit) || c.m.stopped.Load() {
 			return false
 		}
 		time.Sleep(drainWritePoll)
@@ -193,12 +223,12 @@ func (releaseHandler) HandlePushNotification(_ context.Context, hctx push.Notifi
 		return nil
 	}
 	c, ok := pc.GetNetConn().(*conn)
-	if !ok || !c.rl.sent.Load() {
+	if !ok || !c.rl.has(rlSent) {
 		return nil // not one of maint's, or not asked: nothing of maint's to mark
 	}
 	pc.MarkCloseOnPut(ErrDrainCap.Error())
 	_ = pc.MarkForHandoff("", 0) // already marked: go-redis's own handler did
-	if !c.rl.marked.Swap(true) {
+	if c.rl.f.Or(rlMarked)&rlMarked == 0 {
 		c.m.c.releasesMarked.Add(1)
 	}
 	return nil

@@ -6,8 +6,10 @@ package maint_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -98,5 +100,62 @@ func TestClusterReloadNotThroughHooksIsSaid(t *testing.T) {
 	assert.Equal(t, 1, said(), "said once")
 	for i := range 10 {
 		assert.NoError(t, cc.Get(ctx, "k"+string(rune('a'+i))).Err(), "go-redis follows the cluster")
+	}
+}
+
+// A client whose connections open without the maintenance opt-in is told
+// of nothing: maint is installed but off. It is said once at Warn and
+// counted (Stats.NoOptIn), on every install route, for RESP2 and for a
+// client with go-redis's notifications disabled on the hook-only route
+// (as NewMultiDBClient leaves its members); a client that opts in says
+// nothing.
+func TestNoOptInIsSaid(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		r     route
+		tune  func(*redis.Options)
+		saids int
+	}{
+		{"RESP2/AddHook", routes[0], func(o *redis.Options) { o.Protocol = 2 }, 1},
+		{"RESP2/Options", routes[1], func(o *redis.Options) { o.Protocol = 2 }, 1},
+		{"RESP2/ConfigureOnly", routes[2], func(o *redis.Options) { o.Protocol = 2 }, 1},
+		{"NotificationsDisabled/AddHook", routes[0], func(o *redis.Options) { o.MaintNotificationsConfig = builtinOff() }, 1},
+		{"OptedIn/AddHook", routes[0], nil, 0},
+		{"OptedIn/Options", routes[1], nil, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			logs := &records{level: slog.LevelWarn}
+			opt := e.options(4)
+			if tc.tune != nil {
+				tc.tune(opt)
+			}
+			rdb, m, _ := e.client(tc.r, opt, maint.WithLogger(slog.New(logs)))
+			ctx := context.Background()
+			var wg sync.WaitGroup
+			for i := range 8 { // several connections
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					assert.NoError(t, rdb.Set(ctx, fmt.Sprint("k", i), "v", 0).Err())
+				}()
+			}
+			wg.Wait()
+			n := 0
+			for msg, k := range logs.byMessage() {
+				if strings.Contains(msg, "without the maintenance opt-in") {
+					n += k
+					assert.Contains(t, msg, "RESP3")
+				}
+			}
+			assert.Equal(t, tc.saids, n, "said: %v", logs.byMessage())
+			if tc.saids > 0 {
+				assert.NotZero(t, m.Stats().NoOptIn)
+				assert.Zero(t, e.old.Stats().OptedIn, "no connection opted in")
+			} else {
+				assert.Zero(t, m.Stats().NoOptIn)
+				assert.NotZero(t, e.old.Stats().OptedIn)
+			}
+		})
 	}
 }
