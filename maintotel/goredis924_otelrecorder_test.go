@@ -119,7 +119,8 @@ var _ redis.OTelRecorder = (*countingRecorder)(nil)
 // built-in handler, which records them, never sees one. The recorder is live
 // all along (it records the commands' durations). The spec's
 // connection.closed, a pool metric both record, is counted twice for the
-// sockets maint retired; an OTel View drops maintotel's copy.
+// sockets maint retired; WithoutConnectionClosed, or an OTel View, drops
+// maintotel's copy.
 func TestPerClientOTelRecorderRecordsNoMaintenanceMetric(t *testing.T) {
 	e := newEnv(t)
 	ev := newEvents()
@@ -148,6 +149,14 @@ func TestPerClientOTelRecorderRecordsNoMaintenanceMetric(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop2()
+	without := sdkmetric.NewManualReader()
+	mp3 := sdkmetric.NewMeterProvider(sdkmetric.WithReader(without))
+	defer func() { _ = mp3.Shutdown(context.Background()) }()
+	stop3, err := maintotel.Instrument(m, maintotel.WithMeterProvider(mp3), maintotel.WithoutConnectionClosed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop3()
 	defer m.Observe(ev.add)()
 
 	e.warm(t, rdb)
@@ -204,6 +213,14 @@ func TestPerClientOTelRecorderRecordsNoMaintenanceMetric(t *testing.T) {
 	}
 	if v, n := sumOf(t, ms, maintotel.MetricHandoff); v != 1 || n != 1 {
 		t.Errorf("with the View, maintotel's %s = %d over %d points, want 1", maintotel.MetricHandoff, v, n)
+	}
+	// WithoutConnectionClosed does the same without a View.
+	ms = collect(t, without)
+	if _, ok := ms[maintotel.MetricConnectionClosed]; ok {
+		t.Errorf("WithoutConnectionClosed: maintotel recorded %s", maintotel.MetricConnectionClosed)
+	}
+	if v, n := sumOf(t, ms, maintotel.MetricHandoff); v != 1 || n != 1 {
+		t.Errorf("WithoutConnectionClosed: maintotel's %s = %d over %d points, want 1", maintotel.MetricHandoff, v, n)
 	}
 }
 

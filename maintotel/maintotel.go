@@ -149,6 +149,7 @@ type config struct {
 	library  string
 	poolName string
 	attrs    []attribute.KeyValue
+	noClosed bool // WithoutConnectionClosed
 }
 
 // WithMeterProvider sets the MeterProvider; the default is the global one
@@ -170,6 +171,13 @@ func WithPoolName(name string) Option { return func(c *config) { c.poolName = na
 func WithAttributes(kv ...attribute.KeyValue) Option {
 	return func(c *config) { c.attrs = append(c.attrs, kv...) }
 }
+
+// WithoutConnectionClosed leaves redis.client.connection.closed out, for
+// a client whose go-redis OTelRecorder (Options.OTelRecorder, go-redis
+// v9.24) records it already: go-redis counts every socket its pool closes,
+// those maint retired included (reason "stale"), so with both the retired
+// sockets are counted twice. Every other series is maint's alone.
+func WithoutConnectionClosed() Option { return func(c *config) { c.noClosed = true } }
 
 // Library is the default value of the redis.client.library attribute, in
 // the spec's form <name>:<version>: "go-redis:v9.23.0".
@@ -411,8 +419,13 @@ func (r *recorder) record(e maint.Event) {
 		r.connections(ctx, at, "doomed", 1)
 		// A new connection that landed on the retiring node failed maint's
 		// check and was closed at once.
-		r.closed.Add(ctx, 1, r.poolAttrs(at, attribute.String(AttrCloseReason, maint.CloseHealthcheckFailed)))
+		if !r.cfg.noClosed {
+			r.closed.Add(ctx, 1, r.poolAttrs(at, attribute.String(AttrCloseReason, maint.CloseHealthcheckFailed)))
+		}
 	case maint.EventConnClosed:
+		if r.cfg.noClosed {
+			break
+		}
 		extra := []attribute.KeyValue{attribute.String(AttrCloseReason, e.Detail)}
 		if e.Detail == maint.CloseError && e.Err != nil {
 			typ, cat := ErrorAttributes(e.Err)
