@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/redis/go-redis/v9"
 
@@ -111,6 +112,10 @@ type clusterMember struct {
 	// replica) was seen; 0 while the last map seen names it, or before
 	// any map seen since it joined lacked it. Guarded by the state's mu.
 	goneAt mono
+	// owner is the ClusterClient the node client belongs to (own), held
+	// weakly; zero when maint did not see it made (its sharded subscribers
+	// then look at the first ClusterClient bound: shardSubs.owners).
+	owner weak.Pointer[redis.ClusterClient]
 }
 
 // slotMove is one SMIGRATED triplet, parsed; src and dst are addresses as
@@ -148,7 +153,7 @@ const (
 )
 
 type clusterCounters struct {
-	smigrated, copies, stale, malformed, unapplied, reloads, reloadsUnseen, served, slotMaps, contradicted, emptied, emptiedClosed atomic.Uint64
+	smigrated, copies, stale, malformed, unapplied, reloads, reloadsUnseen, served, slotMaps, contradicted, refuted, confirmReads, emptied, emptiedClosed atomic.Uint64
 }
 
 // ClusterStats are the counters of a cluster's maint, shared by the Maints
@@ -175,6 +180,13 @@ type ClusterStats struct {
 	// Contradicted counts the MOVED replies that disagreed with the map
 	// maint served, which ended its serving: the cluster's map wins.
 	Contradicted uint64
+	// Refuted counts the slot maps maint served that a slot map read from
+	// the cluster contradicted (a late or replayed SMIGRATED applied),
+	// which ended their serving.
+	Refuted uint64
+	// ConfirmReads counts the slot maps maint read from the cluster itself
+	// to confirm a sharded subscriber's move before moving it.
+	ConfirmReads uint64
 	Emptied      uint64 // sources left with no slot, whose connections were retired
 	// EmptiedClosed counts the connections of emptied sources maint closed
 	// (none owed a reply).
@@ -193,6 +205,7 @@ func (m *Maint) ClusterStats() ClusterStats {
 		SMigrated: c.smigrated.Load(), Copies: c.copies.Load(), Stale: c.stale.Load(),
 		Malformed: c.malformed.Load(), Unapplied: c.unapplied.Load(), Reloads: c.reloads.Load(), ReloadsUnseen: c.reloadsUnseen.Load(),
 		Served: c.served.Load(), SlotMaps: c.slotMaps.Load(), Contradicted: c.contradicted.Load(),
+		Refuted: c.refuted.Load(), ConfirmReads: c.confirmReads.Load(),
 		Emptied: c.emptied.Load(), EmptiedClosed: c.emptiedClosed.Load(),
 	}
 }
@@ -298,6 +311,35 @@ func (cs *clusterState) join(rdb *redis.Client, m *Maint) {
 	cs.members = append(cs.members, &clusterMember{addr: addr, m: m, rdb: rdb})
 }
 
+// own records that node, a node client of the cluster, belongs to cc:
+// what its sharded subscribers follow by (clusterpubsub.go), since several
+// ClusterClients may share one state (one set of options). It is called
+// from cc's OnNewNode, for each node client cc makes, and for those it had
+// when it was instrumented.
+func (cs *clusterState) own(node *redis.Client, cc *redis.ClusterClient) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for _, mb := range cs.members {
+		if mb.rdb == node {
+			mb.owner = weak.Make(cc)
+			return
+		}
+	}
+}
+
+// ownerOf returns the ClusterClient m's node client belongs to, nil when
+// maint does not know it or it was collected.
+func (cs *clusterState) ownerOf(m *Maint) *redis.ClusterClient {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for _, mb := range cs.members {
+		if mb.m == m {
+			return mb.owner.Value()
+		}
+	}
+	return nil
+}
+
 // noteDial records a Maint of the cluster by the address its node client
 // dials, when nothing joined it (a route that does not know the node
 // client): its connections can then still be retired when it loses its
@@ -372,6 +414,7 @@ func (cs *clusterState) onSMigrated(m *Maint, c *conn, nt resp.Notification) {
 		cs.mu.Unlock()
 		cs.c.smigrated.Add(1)
 		cs.askReload(m)
+		cs.shardMoves(m, moves)
 		return
 	}
 	resolved, why := cs.resolveLocked(base, moves)
@@ -382,6 +425,7 @@ func (cs *clusterState) onSMigrated(m *Maint, c *conn, nt resp.Notification) {
 		cs.c.unapplied.Add(1)
 		m.logf("maint: SMIGRATED %d not applied to the slot map (%s): go-redis reloads it from the cluster", nt.Seq, why)
 		cs.askReload(m)
+		cs.shardMoves(m, moves)
 		return
 	}
 	if base.shows(resolved) {
@@ -394,6 +438,7 @@ func (cs *clusterState) onSMigrated(m *Maint, c *conn, nt resp.Notification) {
 		cs.mu.Unlock()
 		cs.c.stale.Add(1)
 		m.c.replayed.Add(1)
+		cs.shardMoves(m, moves)
 		return
 	}
 	sm := base.moved(resolved)
@@ -425,7 +470,7 @@ func (cs *clusterState) onSMigrated(m *Maint, c *conn, nt resp.Notification) {
 	for _, mb := range emptied {
 		mb.m.retireEmptied(nt.Seq, "SMIGRATED left it with no slot", mb.rdb, maps)
 	}
-	cs.shardMoves(m, moves) // sharded subscribers of the moved slots follow them (clusterpubsub.go)
+	cs.shardMoves(m, moves) // sharded subscribers of the moved slots follow them, once the cluster confirms (clusterpubsub.go)
 }
 
 // parseMoves reads SMIGRATED triplets; bad says why they cannot be read
@@ -1050,7 +1095,7 @@ func (m *Maint) drainEmptied(seq int64, rdb *redis.Client, afterMaps uint64) {
 // does not follow for a PubSub. Where maint does not know the ClusterClient
 // (no slot map to follow), they are retired with the others.
 func (m *Maint) retireEmptiedConns(cs *clusterState) int {
-	follow := cs != nil && cs.subs.owners.Load() != nil
+	follow := cs != nil && (cs.subs.owners.Load() != nil || cs.ownerOf(m) != nil)
 	n := 0
 	var subs []*conn
 	for _, nd := range m.nodeList() {
@@ -1067,7 +1112,7 @@ func (m *Maint) retireEmptiedConns(cs *clusterState) int {
 		}
 	}
 	if len(subs) > 0 {
-		m.followShards(&cs.subs, subs, nil, "its node was left with no slot")
+		m.followShards(cs, subs, nil, nil, "its node was left with no slot")
 	}
 	return n
 }

@@ -265,7 +265,7 @@ func (c *conn) noteShardWrite(kind uint8, p []byte) {
 			// Subscribing where the slot just left: go-redis's slot map went
 			// stale again (or a new PubSub read it before the reload); the
 			// SSUBSCRIBE meets MOVED. Follow the slot from here too.
-			c.m.followShards(&cs.subs, []*conn{c}, nil, "SSUBSCRIBE on the node the slot just left")
+			c.m.followShards(cs, []*conn{c}, nil, nil, "SSUBSCRIBE on the node the slot just left")
 		}
 	}()
 	rec.mu.Lock()
@@ -323,43 +323,7 @@ func (c *conn) onSunsubscribe() {
 		return
 	}
 	cs.subs.unasked.Add(1)
-	c.m.followShards(&cs.subs, []*conn{c}, nil, "sunsubscribe pushed by the server")
-}
-
-// slotsMoved makes the sharded subscribers of the moved slots follow them:
-// every connection of the Maints ms subscribed in a slot moved(src, slot)
-// says moved away from src, the address its node client dials. m is the
-// Maint that read the news.
-func (s *shardSubs) slotsMoved(m *Maint, ms []*Maint, moved func(src string, slot int) bool) {
-	var subs []*conn
-	for _, mm := range ms {
-		for _, n := range mm.nodeList() {
-			n.mu.Lock()
-			for c := range n.conns {
-				if c.shard.Load() != nil {
-					subs = append(subs, c)
-				}
-			}
-			n.mu.Unlock()
-		}
-	}
-	if len(subs) == 0 {
-		return
-	}
-	only := func(c *conn, sl int) bool { return moved(c.t.addr, sl) }
-	var hit []*conn
-	for _, c := range subs {
-		slots, _ := c.shardSlots()
-		for _, sl := range slots {
-			if only(c, sl.slot) {
-				hit = append(hit, c)
-				break
-			}
-		}
-	}
-	if len(hit) > 0 {
-		m.followShards(s, hit, only, "SMIGRATED")
-	}
+	c.m.followShards(cs, []*conn{c}, nil, nil, "sunsubscribe pushed by the server")
 }
 
 // shardSlot is one subscribed slot and a channel of it (what MasterForKey is
@@ -390,11 +354,14 @@ func (c *conn) shardSlots() ([]shardSlot, bool) {
 }
 
 // followShards starts, on a goroutine of m, the follow of the subscriber
-// connections cs not already following (see follow); only, when set, limits
-// the slots looked at.
-func (m *Maint) followShards(s *shardSubs, cs []*conn, only func(*conn, int) bool, why string) {
+// connections conns not already following (see follow). only, when set,
+// limits the slots looked at; srcs are the nodes the signal says the slots
+// left (an SMIGRATED's sources, as its triplets name them), nil when the
+// signal is about each connection's own node (the server's sunsubscribe, a
+// node left with no slot, an SSUBSCRIBE where the slot just left).
+func (m *Maint) followShards(cs *clusterState, conns []*conn, only func(int) bool, srcs []string, why string) {
 	var mine []*conn
-	for _, c := range cs {
+	for _, c := range conns {
 		if rec := c.shard.Load(); rec != nil && rec.following.CompareAndSwap(false, true) {
 			mine = append(mine, c)
 		}
@@ -402,67 +369,204 @@ func (m *Maint) followShards(s *shardSubs, cs []*conn, only func(*conn, int) boo
 	if len(mine) == 0 {
 		return
 	}
-	if !m.goBackground(func() { s.follow(m, mine, only, why) }) {
+	if !m.goBackground(func() { cs.follow(m, mine, only, srcs, why) }) {
 		for _, c := range mine {
 			c.shard.Load().following.Store(false)
 		}
 	}
 }
 
-// follow waits, bounded by shardFollowFor, for go-redis's slot map to give a
-// slot each connection is subscribed in to another node, asking for reloads
-// meanwhile, and then closes that connection: go-redis's PubSub reconnects
-// through the map and resubscribes. A connection whose slots stay where they
-// are is left alone.
-func (s *shardSubs) follow(m *Maint, cs []*conn, only func(*conn, int) bool, why string) {
+// shardFollow is one connection a follow looks after.
+type shardFollow struct {
+	c    *conn
+	node string       // its node, as go-redis names it
+	own  *ownerClient // its ClusterClient
+	// claimed: the signal says one of its slots left its node (and not
+	// only that a slot it is subscribed in moved somewhere).
+	claimed bool
+}
+
+// ownerClient is a ClusterClient a follow looks at: its slot map (the one
+// its PubSubs reconnect by), and the slot map last read from the cluster
+// through its node clients for the follow.
+type ownerClient struct {
+	owners slotOwners
+	nodes  []*redis.Client // its node clients: where the cluster is asked
+	read   *slotMap        // the last map read from the cluster; nil before
+	readAt time.Time
+}
+
+// follow moves each connection, bounded by shardFollowFor, once the
+// cluster confirms the move: a slot map read from the cluster through the
+// node clients of the connection's own ClusterClient (confirmRead) gives
+// one of its slots to another node, and the map that ClusterClient routes
+// by (the one its PubSub reconnects by) gives the slot to that same node.
+// Then, and only then, maint closes the connection, once: go-redis's
+// PubSub reconnects through its map and resubscribes. A map maint served
+// (after an SMIGRATED) is not the cluster's word: a served map that the
+// cluster's contradicts stops being served (refute). A connection whose
+// slots stay on its node is left alone; when the signal said they left it,
+// that is logged once, at the bound.
+func (cs *clusterState) follow(m *Maint, conns []*conn, only func(int) bool, srcs []string, why string) {
+	s := &cs.subs
 	defer func() {
-		for _, c := range cs {
+		for _, c := range conns {
 			c.shard.Load().following.Store(false)
 		}
 	}()
-	op := s.owners.Load()
-	if op == nil {
+	fs, owners := cs.followsOf(conns, srcs)
+	if len(fs) == 0 {
 		m.logf("maint: sharded subscriber (%s): the ClusterClient is not known to maint "+
 			"(use Group.NewClusterClient or Instrument): go-redis's PubSub is left as it is", why)
 		return
 	}
-	owners := *op
 	ctx := m.ctx
 	end := time.Now().Add(shardFollowFor)
-	var nextReload time.Time
-	t := time.NewTimer(shardPoll)
+	t := time.NewTimer(0)
 	defer t.Stop()
-	left := append([]*conn(nil), cs...)
 	for {
-		left = s.closeMoved(ctx, m, owners, left, only, why)
-		if len(left) == 0 {
-			return
-		}
-		now := time.Now()
-		if now.After(end) {
-			s.settled.Add(uint64(len(left)))
-			m.logf("maint: sharded subscriber (%s): go-redis's slot map still gives %d connection(s)' slots to their node after %v: left as they are",
-				why, len(left), shardFollowFor)
-			return
-		}
-		if !now.Before(nextReload) {
-			owners.reload()
-			nextReload = now.Add(shardReloadEvery)
-		}
-		t.Reset(shardPoll)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		now := time.Now()
+		for _, o := range owners {
+			if o.read == nil || now.Sub(o.readAt) >= shardReloadEvery {
+				if sm := cs.confirmRead(ctx, o.nodes); sm != nil {
+					o.read, o.readAt = sm, now
+				}
+				o.owners.reload()
+			}
+		}
+		fs = cs.closeMoved(ctx, m, fs, only, why)
+		if len(fs) == 0 {
+			return
+		}
+		if time.Now().After(end) {
+			n := 0
+			for _, f := range fs {
+				if f.claimed {
+					n++
+				}
+			}
+			s.settled.Add(uint64(len(fs)))
+			if n > 0 {
+				m.logf("maint: sharded subscriber (%s): the cluster did not confirm within %v that %d connection(s)' slots left their node: left as they are",
+					why, shardFollowFor, n)
+			}
+			return
+		}
+		t.Reset(shardPoll)
 	}
 }
 
-// closeMoved closes the connections of cs one of whose slots the slot map
-// now gives to another node, and returns the others still open.
-func (s *shardSubs) closeMoved(ctx context.Context, m *Maint, owners slotOwners, cs []*conn, only func(*conn, int) bool, why string) []*conn {
-	keep := cs[:0]
-	for _, c := range cs {
+// followsOf returns what a follow needs of conns: each one's node and
+// ClusterClient (the first one bound when maint did not see which made
+// it), and those ClusterClients, once each. A connection of no known
+// ClusterClient is left out.
+func (cs *clusterState) followsOf(conns []*conn, srcs []string) ([]*shardFollow, []*ownerClient) {
+	var fallback *redis.ClusterClient
+	if op := cs.subs.owners.Load(); op != nil {
+		if co, ok := (*op).(clusterOwners); ok {
+			fallback = co.cc.Value()
+		}
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	byCC := map[*redis.ClusterClient]*ownerClient{}
+	var owners []*ownerClient
+	var fs []*shardFollow
+	for _, c := range conns {
+		var mb *clusterMember
+		for _, x := range cs.members {
+			if x.m == c.m {
+				mb = x
+				break
+			}
+		}
+		if mb == nil {
+			continue
+		}
+		cc := mb.owner.Value()
+		if cc == nil {
+			cc = fallback
+		}
+		if cc == nil {
+			continue
+		}
+		o := byCC[cc]
+		if o == nil {
+			o = &ownerClient{owners: clusterOwners{weak.Make(cc)}}
+			if mb.rdb != nil {
+				o.nodes = append(o.nodes, mb.rdb)
+			}
+			for _, x := range cs.members {
+				if x.rdb != nil && x != mb && (x.owner.Value() == cc || x.owner.Value() == nil && cc == fallback) {
+					o.nodes = append(o.nodes, x.rdb)
+				}
+			}
+			byCC[cc] = o
+			owners = append(owners, o)
+		}
+		claimed := srcs == nil
+		for _, src := range srcs {
+			if src == mb.addr || mb.m.reached(src) {
+				claimed = true
+			}
+		}
+		fs = append(fs, &shardFollow{c: c, node: mb.addr, own: o, claimed: claimed})
+	}
+	return fs, owners
+}
+
+// Bounds of a confirming read.
+const confirmReadTimeout = time.Second
+
+// confirmRead reads the slot map from the cluster through the first of
+// nodes that answers (CLUSTER SLOTS, else CLUSTER SHARDS), nil when none
+// does: the cluster's word a follow moves by. The read is maint's own, not
+// go-redis's reload: it is neither served nor handed to go-redis
+// (ownRead).
+func (cs *clusterState) confirmRead(ctx context.Context, nodes []*redis.Client) *slotMap {
+	for _, rdb := range nodes {
+		rctx, cancel := context.WithTimeout(context.WithValue(ctx, ownRead{}, true), confirmReadTimeout)
+		origin := rdb.Options().Addr
+		var sm *slotMap
+		slots := redis.NewClusterSlotsCmd(rctx, "cluster", "slots")
+		if rdb.Process(rctx, slots) == nil {
+			sm = newSlotMap(slots.Val(), origin)
+		} else {
+			shards := redis.NewClusterShardsCmd(rctx, "cluster", "shards")
+			if rdb.Process(rctx, shards) == nil {
+				sm, _ = newShardsMap(shards.Val(), origin, rdb.Options().TLSConfig != nil)
+			}
+		}
+		cancel()
+		if sm != nil {
+			cs.c.confirmReads.Add(1)
+			return sm
+		}
+	}
+	return nil
+}
+
+// ownRead marks the context of a slot-map read maint makes itself
+// (confirmRead): the node clients' hooks pass it through untouched.
+type ownRead struct{}
+
+// isOwnRead reports whether ctx is that of one of maint's own reads.
+func isOwnRead(ctx context.Context) bool { return ctx.Value(ownRead{}) != nil }
+
+// closeMoved closes the connections of fs one of whose slots the cluster's
+// map and their ClusterClient's both give to the same other node, and
+// returns those still looked after: the others still open, but those
+// that nothing claimed moved and whose slots are where the cluster says.
+func (cs *clusterState) closeMoved(ctx context.Context, m *Maint, fs []*shardFollow, only func(int) bool, why string) []*shardFollow {
+	s := &cs.subs
+	keep := fs[:0]
+	for _, f := range fs {
+		c := f.c
 		if c.state.Load() == stateClosed {
 			continue
 		}
@@ -474,22 +578,42 @@ func (s *shardSubs) closeMoved(ctx context.Context, m *Maint, owners slotOwners,
 			s.spanning.Add(1)
 			m.logf("maint: sharded subscriber (%s) on %s: subscribed in %d slot(s) (record complete: %v); "+
 				"go-redis resubscribes them in one SSUBSCRIBE, which the server refuses across slots: left as it is",
-				why, c.t.addr, len(slots), complete)
+				why, f.node, len(slots), complete)
 			continue
 		}
-		moved, to, sl := false, "", 0
+		read := f.own.read
+		if read == nil {
+			keep = append(keep, f) // no word from the cluster yet
+			continue
+		}
+		moved, home, to, sl := false, true, "", 0
 		for _, ss := range slots {
-			if only != nil && !only(c, ss.slot) {
+			if only != nil && !only(ss.slot) {
 				continue
 			}
-			addr, err := owners.masterOf(ctx, ss.channel)
-			if err == nil && addr != "" && addr != c.t.addr {
-				moved, to, sl = true, addr, ss.slot
-				break
+			owner := read.master(ss.slot)
+			if owner == "" {
+				continue
 			}
+			cs.refute(m, ss.slot, read, owner)
+			if n, ok := read.node(f.node); ok && n.Addr == owner {
+				continue // the cluster has it on the connection's node
+			}
+			home = false
+			addr, err := f.own.owners.masterOf(ctx, ss.channel)
+			if err != nil || addr == "" || addr == f.node {
+				continue // go-redis's map is behind: reloads are asked for
+			}
+			if n, ok := read.node(addr); !ok || n.Addr != owner {
+				continue // go-redis's map gives it elsewhere still
+			}
+			moved, to, sl = true, addr, ss.slot
+			break
 		}
 		if !moved {
-			keep = append(keep, c)
+			if !home || f.claimed {
+				keep = append(keep, f)
+			}
 			continue
 		}
 		if c.closeWith(errShardMoved) {
@@ -503,6 +627,33 @@ func (s *shardSubs) closeMoved(ctx context.Context, m *Maint, owners slotOwners,
 	return keep
 }
 
+// refute ends the serving of a map that gives slot to another node than
+// the cluster's map read says (owner): a late or replayed SMIGRATED that
+// maint applied. The cluster's word wins: go-redis reloads from it.
+func (cs *clusterState) refute(m *Maint, slot int, read *slotMap, owner string) {
+	sv := cs.serve.Load()
+	if sv == nil || sv.until <= monoNow() {
+		return
+	}
+	served := sv.sm.master(slot)
+	if served == "" {
+		return
+	}
+	if n, ok := read.node(goRedisAddr(served, sv.sm.origin)); ok && n.Addr == owner {
+		return
+	}
+	if n, ok := read.node(served); ok && n.Addr == owner {
+		return
+	}
+	if !cs.serve.CompareAndSwap(sv, nil) {
+		return
+	}
+	cs.c.refuted.Add(1)
+	m.logf("maint: the cluster gives slot %d to %s, not to %s as the slot map maint served: go-redis reloads from the cluster",
+		slot, owner, served)
+	cs.askReload(m)
+}
+
 // shardStats are what maint did for a cluster's sharded subscribers.
 type shardStats struct {
 	Followed, Unasked, Settled, Spanning uint64
@@ -513,29 +664,20 @@ func (s *shardSubs) stats() shardStats {
 		Spanning: s.spanning.Load()}
 }
 
-// shardMoves hands an SMIGRATED's moves, once acted on, to the sharded
-// subscribers of the moved slots (slotsMoved). It is the SMIGRATED path's
-// whole dependency on cluster.go's types.
+// shardMoves hands an SMIGRATED's moves to the sharded subscribers of the
+// moved slots, on every node client of the cluster, whatever became of the
+// SMIGRATED (applied, unapplied, stale, no map yet): the follow moves each
+// one only once the cluster confirms (follow). Node names are not compared
+// here: the triplets may name nodes in another form than go-redis does.
 func (cs *clusterState) shardMoves(m *Maint, moves []slotMove) {
 	cs.mu.Lock()
-	var ms []*Maint
+	ms := make([]*Maint, 0, len(cs.members))
 	for _, mb := range cs.members {
-		for _, mv := range moves {
-			if mv.src == mb.addr {
-				ms = append(ms, mb.m)
-				break
-			}
-		}
+		ms = append(ms, mb.m)
 	}
 	cs.mu.Unlock()
-	if len(ms) == 0 {
-		return
-	}
-	cs.subs.slotsMoved(m, ms, func(src string, sl int) bool {
+	in := func(sl int) bool {
 		for _, mv := range moves {
-			if mv.src != src {
-				continue
-			}
 			for _, r := range mv.r {
 				if sl >= r.lo && sl <= r.hi {
 					return true
@@ -543,5 +685,30 @@ func (cs *clusterState) shardMoves(m *Maint, moves []slotMove) {
 			}
 		}
 		return false
-	})
+	}
+	var hit []*conn
+	for _, mm := range ms {
+		for _, n := range mm.nodeList() {
+			for _, c := range n.snapshot() {
+				if c.shard.Load() == nil {
+					continue
+				}
+				slots, _ := c.shardSlots()
+				for _, sl := range slots {
+					if in(sl.slot) {
+						hit = append(hit, c)
+						break
+					}
+				}
+			}
+		}
+	}
+	if len(hit) == 0 {
+		return
+	}
+	srcs := make([]string, 0, len(moves))
+	for _, mv := range moves {
+		srcs = append(srcs, mv.src)
+	}
+	m.followShards(cs, hit, in, srcs, "SMIGRATED")
 }

@@ -104,3 +104,16 @@ func init() {
 		return ok && !tlsInspectable(raw) && bare(rc.NetConn())
 	}
 }
+
+// ClusterStatsOf returns the cluster counters of the cluster g configured
+// with opt (zero if none).
+func ClusterStatsOf(g *Group, opt *redis.ClusterOptions) ClusterStats {
+	cs := g.clusterOf(opt)
+	if cs == nil {
+		return ClusterStats{}
+	}
+	for _, mb := range cs.members {
+		return mb.m.ClusterStats()
+	}
+	return ClusterStats{}
+}

@@ -267,6 +267,7 @@ func (g *Group) NewClusterClient(opt *redis.ClusterOptions) *redis.ClusterClient
 	switch {
 	case cs != nil:
 		bindCluster(cs, cc)
+		ownNodes(cs, cc, false)
 	case madeByGroup(opt.NewClient):
 		g.bindThroughNodes(cc, false)
 	}
@@ -291,6 +292,28 @@ func bindCluster(cs *clusterState, cc *redis.ClusterClient) {
 		if cc := w.Value(); cc != nil {
 			cc.ReloadState(context.Background())
 		}
+	})
+}
+
+// ownNodes records cc as the owner of the node clients it makes from now
+// on (OnNewNode) and, when existing, of those it has: several
+// ClusterClients on the same options share one cluster state, and each
+// one's sharded subscribers follow by its own slot map.
+func ownNodes(cs *clusterState, cc *redis.ClusterClient, existing bool) {
+	w := weak.Make(cc) // the callback is kept by cc itself
+	cc.OnNewNode(func(node *redis.Client) {
+		if cc := w.Value(); cc != nil {
+			cs.own(node, cc)
+		}
+	})
+	if !existing {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = cc.ForEachShard(ctx, func(_ context.Context, node *redis.Client) error {
+		cs.own(node, cc)
+		return nil
 	})
 }
 

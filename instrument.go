@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -95,6 +96,7 @@ func (g *Group) instrumentCluster(c *redis.ClusterClient) {
 	cs := g.clusterOf(opt)
 	if cs != nil {
 		bindCluster(cs, c)
+		ownNodes(cs, c, true)
 		return
 	}
 	if madeByGroup(opt.NewClient) {
@@ -106,13 +108,21 @@ func (g *Group) instrumentCluster(c *redis.ClusterClient) {
 	}
 	cs = &clusterState{}
 	bindCluster(cs, c)
-	c.OnNewNode(func(node *redis.Client) { g.installNode(node, cs, false) })
+	w := weak.Make(c) // the callback is kept by c itself
+	c.OnNewNode(func(node *redis.Client) {
+		g.installNode(node, cs, false)
+		if c := w.Value(); c != nil {
+			cs.own(node, c)
+		}
+	})
 	// The node clients it has already.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	var total, nodes int64
 	_ = c.ForEachShard(ctx, func(_ context.Context, node *redis.Client) error {
-		if n, ok := g.installNode(node, cs, false); ok && n > 0 {
+		n, ok := g.installNode(node, cs, false)
+		cs.own(node, c)
+		if ok && n > 0 {
 			g.mu.Lock()
 			total += int64(n)
 			nodes++
@@ -141,9 +151,13 @@ func (g *Group) bindThroughNodes(c *redis.ClusterClient, existing bool) {
 			cs = mb.m.s.cluster
 		}
 		g.mu.Unlock()
-		if cs != nil && bound.CompareAndSwap(false, true) {
+		if cs == nil {
+			return
+		}
+		if bound.CompareAndSwap(false, true) {
 			bindCluster(cs, c)
 		}
+		cs.own(node, c)
 	}
 	c.OnNewNode(bind)
 	if !existing {

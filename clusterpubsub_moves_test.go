@@ -1,0 +1,275 @@
+package maint_test
+
+// Sharded subscribers follow their slot in every way a slot moves, once,
+// by the cluster's word (docs/guarantees.md C5): two ClusterClients on one
+// set of options, the first one closed, a move to a node that owned no
+// slot, an SMIGRATED go-redis's own reload had already shown, triplets
+// naming the nodes in another form than go-redis does, and a late
+// SMIGRATED the cluster does not confirm. Each is the proof of
+// clusterpubsub_test.go (16 channels over 8 slots, an SPUBLISH on every
+// channel every 50 ms, 10 consecutive messages exact on every channel from
+// 1 s after the move), with go-redis alone as the control, and at most one
+// close per moved subscriber.
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/maintkit/maint"
+	"github.com/maintkit/maint/mainttest"
+)
+
+// moveCase is one way a slot moves: how the cluster is changed, once the
+// subscribers are up (sub is the subscribing client).
+type moveCase struct {
+	push bool // the source pushes sunsubscribe to the subscribers it drops
+	// prepare changes the cluster before the clients start, and returns
+	// the source whose slots the subscribers of the moving slots are on.
+	prepare func(t *testing.T, emu *mainttest.Emulator, cl *mainttest.Cluster) (src *mainttest.Endpoint)
+	// migrate moves slots (half of src's: src keeps slots, so that no
+	// retirement of an emptied node moves its subscribers instead).
+	migrate func(ctx context.Context, t *testing.T, emu *mainttest.Emulator, cl *mainttest.Cluster, src *mainttest.Endpoint, slots string, sub *redis.ClusterClient) error
+}
+
+// halfOf returns the first half of src's slots, as a slot list, and
+// whether a slot is in it.
+func halfOf(cl *mainttest.Cluster, src *mainttest.Endpoint) (string, func(int) bool) {
+	rs := cl.Slots(src)
+	lo, hi := rs[0].Start, rs[0].Start+(rs[0].End-rs[0].Start)/2
+	return fmt.Sprintf("%d-%d", lo, hi), func(s int) bool { return s >= lo && s <= hi }
+}
+
+// migrate moves slots of src to dst with SMIGRATING and SMIGRATED, the
+// triplets named by name (nil: as CLUSTER SLOTS names the nodes).
+func migrate(ctx context.Context, emu *mainttest.Emulator, cl *mainttest.Cluster, src, dst *mainttest.Endpoint, slots string, name func(*mainttest.Endpoint) string) error {
+	_, err := cl.MigrateSlots(mainttest.SlotMigration{From: src, To: dst, Slots: slots,
+		Duration: 100 * time.Millisecond, TripletAddr: name})
+	if err != nil {
+		return err
+	}
+	_, err = emu.WaitEvent(ctx, mainttest.IsKind(src, mainttest.KindSMigrated))
+	return err
+}
+
+// subRoute makes the subscribing ClusterClient of a maint run, and the
+// Group the run's counters are read from.
+type subRoute struct {
+	name string
+	mk   func(t *testing.T, g *maint.Group, opt *redis.ClusterOptions) *redis.ClusterClient
+}
+
+// oneClient: one ClusterClient, for commands and pub/sub.
+var oneClient = subRoute{"one client", func(t *testing.T, g *maint.Group, opt *redis.ClusterOptions) *redis.ClusterClient {
+	return g.NewClusterClient(opt)
+}}
+
+// secondClient: a ClusterClient for commands, used first, then a second one
+// on the same options for pub/sub (options route).
+var secondClient = subRoute{"second client on the same options", func(t *testing.T, g *maint.Group, opt *redis.ClusterOptions) *redis.ClusterClient {
+	first := g.NewClusterClient(opt)
+	t.Cleanup(func() { _ = first.Close() })
+	require.NoError(t, first.Ping(context.Background()).Err())
+	return g.NewClusterClient(opt)
+}}
+
+// secondInstrumented: the same, the second one made by go-redis on the
+// configured options and then instrumented.
+var secondInstrumented = subRoute{"second client instrumented", func(t *testing.T, g *maint.Group, opt *redis.ClusterOptions) *redis.ClusterClient {
+	first := g.NewClusterClient(opt)
+	t.Cleanup(func() { _ = first.Close() })
+	require.NoError(t, first.Ping(context.Background()).Err())
+	cc := redis.NewClusterClient(opt)
+	require.NoError(t, g.Instrument(cc))
+	return cc
+}}
+
+// firstClosed: the first client is closed (not collected) before the
+// second one is made.
+var firstClosed = subRoute{"first client closed", func(t *testing.T, g *maint.Group, opt *redis.ClusterOptions) *redis.ClusterClient {
+	first := g.NewClusterClient(opt)
+	require.NoError(t, first.Ping(context.Background()).Err())
+	require.NoError(t, first.Close())
+	t.Cleanup(func() { runtime.KeepAlive(first) })
+	return g.NewClusterClient(opt)
+}}
+
+// runMoveCase runs the proof for mc: go-redis alone, then maint by each
+// route, each on a cluster of its own.
+func runMoveCase(t *testing.T, mc moveCase, routes ...subRoute) {
+	var runs []*spResult
+	var setup *spSetup
+	run := func(name string, isMaint bool, mk func(opt *redis.ClusterOptions) (*redis.ClusterClient, func())) {
+		emu, err := mainttest.New(mainttest.Config{Logf: t.Logf})
+		require.NoError(t, err)
+		defer emu.Close()
+		cl, err := emu.NewCluster(mainttest.ClusterConfig{})
+		require.NoError(t, err)
+		cl.SetShardUnsubscribePush(mc.push)
+		src := cl.Nodes()[0]
+		if mc.prepare != nil {
+			src = mc.prepare(t, emu, cl)
+		}
+		slots, in := halfOf(cl, src)
+		groups, moving := spChannels("mv", in, spSlots/3+1)
+		var sub *redis.ClusterClient
+		setup = &spSetup{addrs: cl.Addrs(), dialer: emu.Dialer(), groups: groups, moving: moving,
+			migrate: func(ctx context.Context) error { return mc.migrate(ctx, t, emu, cl, src, slots, sub) }}
+		r := shardedPubSubRun(t, name, setup, func(opt *redis.ClusterOptions) (*redis.ClusterClient, func()) {
+			cc, done := mk(opt)
+			sub = cc
+			return cc, done
+		})
+		r.maint = isMaint
+		runs = append(runs, r)
+	}
+	run("no handler", false, spNoMaint)
+	movedSubs := 0
+	for _, g := range setup.groups {
+		if setup.moving[g[0]] {
+			movedSubs++
+		}
+	}
+	for _, rt := range routes {
+		run("maint ("+rt.name+")", true, func(opt *redis.ClusterOptions) (*redis.ClusterClient, func()) {
+			g := maint.NewGroup()
+			cc := rt.mk(t, g, opt)
+			return cc, func() {
+				followed, _, _, _ := maint.ShardStats(g, opt)
+				st := maint.ClusterStatsOf(g, opt)
+				t.Logf("maint (%s): followed=%d of %d moved subscribers; SMIGRATED=%d stale=%d unapplied=%d confirm reads=%d",
+					rt.name, followed, movedSubs, st.SMigrated, st.Stale, st.Unapplied, st.ConfirmReads)
+				assert.LessOrEqual(t, followed, uint64(movedSubs), "maint (%s): more than one close per moved subscriber", rt.name)
+				_ = g.Close()
+			}
+		})
+	}
+	spCheck(t, setup, runs)
+}
+
+// TestShardedFollowOnTwoClientsOfOneOptions: the subscribers of a second
+// ClusterClient on the same options follow by their own client's slot map,
+// also when the first one is closed.
+func TestShardedFollowOnTwoClientsOfOneOptions(t *testing.T) {
+	for _, push := range []bool{true, false} {
+		t.Run(fmt.Sprintf("push=%v", push), func(t *testing.T) {
+			runMoveCase(t, moveCase{push: push,
+				migrate: func(ctx context.Context, t *testing.T, emu *mainttest.Emulator, cl *mainttest.Cluster, src *mainttest.Endpoint, slots string, _ *redis.ClusterClient) error {
+					return migrate(ctx, emu, cl, src, cl.Nodes()[1], slots, nil)
+				}}, secondClient, secondInstrumented, firstClosed)
+		})
+	}
+}
+
+// TestShardedFollowToANodeWithNoSlotYet: the slots move to a node added
+// with no slot (scale-out): a node no CLUSTER SLOTS reply names until the
+// move, the SMIGRATED unapplied where the map maint keeps came from CLUSTER
+// SLOTS. The source drops its subscribers silently.
+func TestShardedFollowToANodeWithNoSlotYet(t *testing.T) {
+	var added *mainttest.Endpoint
+	runMoveCase(t, moveCase{
+		prepare: func(t *testing.T, emu *mainttest.Emulator, cl *mainttest.Cluster) *mainttest.Endpoint {
+			var err error
+			added, err = cl.AddNode("127.0.0.9:0")
+			require.NoError(t, err)
+			return cl.Nodes()[0]
+		},
+		migrate: func(ctx context.Context, t *testing.T, emu *mainttest.Emulator, cl *mainttest.Cluster, src *mainttest.Endpoint, slots string, _ *redis.ClusterClient) error {
+			return migrate(ctx, emu, cl, src, added, slots, nil)
+		}}, oneClient, secondClient)
+}
+
+// TestShardedFollowWhenGoRedisReloadedFirst: go-redis reloaded its map on a
+// MOVED before maint read the SMIGRATED (the stale branch).
+func TestShardedFollowWhenGoRedisReloadedFirst(t *testing.T) {
+	runMoveCase(t, moveCase{
+		migrate: func(ctx context.Context, t *testing.T, emu *mainttest.Emulator, cl *mainttest.Cluster, src *mainttest.Endpoint, slots string, sub *redis.ClusterClient) error {
+			dst := cl.Nodes()[1]
+			_, in := halfOf(cl, src)
+			var key string
+			for i := 0; ; i++ {
+				if key = "k" + strconv.Itoa(i); in(mainttest.KeySlot(key)) {
+					break
+				}
+			}
+			if err := cl.SetOwner(slots, dst); err != nil {
+				return err
+			}
+			// A command of the subscriber's client meets MOVED: go-redis
+			// follows it and reloads its map from the cluster.
+			_ = sub.Get(ctx, key).Err()
+			require.Eventually(t, func() bool { return ownerBy(t, sub, key) == dst.Addr() }, 5*time.Second, time.Millisecond)
+			src.SMigrated(mainttest.SlotMove{Src: src.Addr(), Dst: dst.Addr(), Slots: slots})
+			_, err := emu.WaitEvent(ctx, mainttest.IsKind(src, mainttest.KindSMigrated))
+			return err
+		}}, oneClient, secondClient)
+}
+
+// TestShardedFollowWithTripletsInAnotherForm: the SMIGRATED's triplets
+// name the nodes by host name, go-redis by the IPs CLUSTER SLOTS gives:
+// maint cannot apply it to its map, and the subscribers still follow, by
+// the cluster's map.
+func TestShardedFollowWithTripletsInAnotherForm(t *testing.T) {
+	byName := func(ep *mainttest.Endpoint) string {
+		return "node-" + strings.ReplaceAll(ep.IP(), ".", "-") + ".cluster.test:" + ep.Port()
+	}
+	runMoveCase(t, moveCase{
+		migrate: func(ctx context.Context, t *testing.T, emu *mainttest.Emulator, cl *mainttest.Cluster, src *mainttest.Endpoint, slots string, _ *redis.ClusterClient) error {
+			return migrate(ctx, emu, cl, src, cl.Nodes()[1], slots, byName)
+		}}, oneClient, secondClient)
+}
+
+// TestShardedLateSMigratedMovesNothing: an SMIGRATED for slots that are
+// still (or again) at their source, a late copy whose sequence id was
+// forgotten: maint applies it to the map it serves, but the cluster's map
+// does not confirm the move, so no subscriber moves, every channel keeps
+// delivering, and the served map stops being served.
+func TestShardedLateSMigratedMovesNothing(t *testing.T) {
+	for _, rt := range []subRoute{oneClient, secondClient} {
+		t.Run(rt.name, func(t *testing.T) {
+			emu, err := mainttest.New(mainttest.Config{Logf: t.Logf})
+			require.NoError(t, err)
+			defer emu.Close()
+			cl, err := emu.NewCluster(mainttest.ClusterConfig{})
+			require.NoError(t, err)
+			cl.SetShardUnsubscribePush(false)
+			a, b := cl.Nodes()[0], cl.Nodes()[1]
+			groups, moving := spChannels("late", func(s int) bool { return cl.Owner(s) == a }, spSlots/3+1)
+			setup := &spSetup{addrs: cl.Addrs(), dialer: emu.Dialer(), groups: groups, moving: moving,
+				migrate: func(ctx context.Context) error {
+					a.SMigrated(mainttest.SlotMove{Src: a.Addr(), Dst: b.Addr(), Slots: mainttest.FormatSlots(cl.Slots(a))})
+					_, err := emu.WaitEvent(ctx, mainttest.IsKind(a, mainttest.KindSMigrated))
+					return err
+				}}
+			var followed uint64
+			var st maint.ClusterStats
+			r := shardedPubSubRun(t, rt.name, setup, func(opt *redis.ClusterOptions) (*redis.ClusterClient, func()) {
+				g := maint.NewGroup()
+				cc := rt.mk(t, g, opt)
+				return cc, func() {
+					followed, _, _, _ = maint.ShardStats(g, opt)
+					st = maint.ClusterStatsOf(g, opt)
+					_ = g.Close()
+				}
+			})
+			t.Logf("followed=%d SMIGRATED=%d refuted=%d contradicted=%d confirm reads=%d", followed, st.SMigrated, st.Refuted, st.Contradicted, st.ConfirmReads)
+			for ch, n := range r.missing {
+				assert.Zero(t, n, "%s missed %d of the %d messages checked", ch, n, spChecked)
+			}
+			for ch, n := range r.dup {
+				assert.Zero(t, n, "%s got %d messages twice", ch, n)
+			}
+			assert.Zero(t, followed, "a subscriber was moved on a move the cluster never made")
+			assert.Equal(t, uint64(1), st.SMigrated, "the SMIGRATED was not acted on: the test proves nothing")
+			assert.NotZero(t, st.ConfirmReads, "maint never asked the cluster")
+		})
+	}
+}
