@@ -173,7 +173,8 @@ type ClusterStats struct {
 	Served   uint64
 	SlotMaps uint64 // slot-map replies (CLUSTER SHARDS or SLOTS) read from the cluster through the node clients
 	// Contradicted counts the MOVED replies that disagreed with the map
-	// maint served, which ended its serving: the cluster's map wins.
+	// maint served while it served it, which ended its serving: the
+	// cluster's map wins. A MOVED after the serving ended is not counted.
 	Contradicted uint64
 	Emptied      uint64 // sources left with no slot, whose connections were retired
 	// EmptiedClosed counts the connections of emptied sources maint closed
@@ -740,9 +741,13 @@ func (cs *clusterState) masteredLocked(sm *slotMap, addr string) bool {
 }
 
 // checkMoved ends the serving of s when a MOVED reply disagrees with its
-// map: the cluster's word wins, and go-redis's reload on that MOVED then
-// asks the cluster.
+// map while it is in force: the cluster's word wins, and go-redis's reload
+// on that MOVED then asks the cluster. A serving that ended (past its
+// until) answers no reload: a MOVED then contradicts nothing maint serves.
 func (cs *clusterState) checkMoved(m *Maint, s *serving, err error) {
+	if s.until <= monoNow() {
+		return
+	}
 	msg := err.Error()
 	if !strings.HasPrefix(msg, "MOVED ") {
 		return

@@ -1,0 +1,63 @@
+package maint
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// movedThrough runs a command through m's process hook whose node answers
+// msg, as a MOVED reaches a node client's hooks.
+func movedThrough(m *Maint, msg string) {
+	h := m.ProcessHook(func(_ context.Context, c redis.Cmder) error {
+		err := errors.New(msg)
+		c.SetErr(err)
+		return err
+	})
+	_ = h(context.Background(), redis.NewStringCmd(context.Background(), "get", "k"))
+}
+
+// A MOVED that disagrees with the map maint served, once that serving
+// has ended (past serveFor), contradicts nothing: go-redis asks the
+// cluster itself then, and the map it installed is the cluster's. It is
+// not counted as Contradicted nor logged as a disagreement; the same MOVED
+// while the serving is in force still is, as a pipeline's.
+func TestMovedAfterServingEndedIsNoContradiction(t *testing.T) {
+	f := newClusterFixture(t)
+	var sink logSink
+	f.dst.s.logf = sink.logf
+	f.cSrc.onNotification(smigrated(40, "0-100"))
+	s := f.cs.serve.Load()
+	require.NotNil(t, s)
+	s.until = monoNow() - 1 // the serving second is over
+	movedThrough(f.dst, "MOVED 50 "+srcAddr)
+	assert.Zero(t, f.src.ClusterStats().Contradicted, "a MOVED after the serving ended counted as contradicting it")
+	for _, l := range sink.lines {
+		assert.NotContains(t, l, "disagrees with the slot map maint served")
+	}
+	pipe := f.dst.ProcessPipelineHook(func(_ context.Context, cmds []redis.Cmder) error {
+		cmds[0].SetErr(errors.New("MOVED 60 " + srcAddr))
+		return cmds[0].Err()
+	})
+	_ = pipe(context.Background(), []redis.Cmder{redis.NewStringCmd(context.Background(), "get", "k")})
+	assert.Zero(t, f.src.ClusterStats().Contradicted, "a pipeline's MOVED after the serving ended counted")
+
+	// In force: counted, logged once.
+	f.cSrc.onNotification(smigrated(41, "0-100"))
+	require.NotNil(t, f.cs.serve.Load())
+	require.Greater(t, f.cs.serve.Load().until, monoNow())
+	movedThrough(f.dst, "MOVED 50 "+srcAddr)
+	assert.EqualValues(t, 1, f.src.ClusterStats().Contradicted)
+	n := 0
+	for _, l := range sink.lines {
+		if strings.Contains(l, "disagrees with the slot map maint served") {
+			n++
+		}
+	}
+	assert.Equal(t, 1, n)
+}
