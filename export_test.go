@@ -104,3 +104,8 @@ func init() {
 		return ok && !tlsInspectable(raw) && bare(rc.NetConn())
 	}
 }
+
+// ClosedAsk is the AutoPipelineOptions the sweeper asks a quiet client for
+// to tell whether it is closed (group.go clientClosed), for the contract
+// test that pins go-redis's answer to it.
+var ClosedAsk = closedAsk
