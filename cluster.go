@@ -592,13 +592,21 @@ func (cs *clusterState) load(ctx context.Context, m *Maint, cmd loadCmd, next re
 	sig := cs.servedSignal()
 	own := cmd.fresh(ctx)
 	done := make(chan error, 1)
-	go func() { // ends with next: bounded by go-redis's timeouts
+	ask := func() { // ends with next: bounded by go-redis's timeouts
 		err := next(ctx, own.cmd())
 		if err == nil {
 			cs.c.slotMaps.Add(1)
 		}
 		done <- err // buffered: a reply no longer awaited is dropped
-	}()
+	}
+	// m's goroutine, which m's Close waits for: a request answered from
+	// the served map meanwhile still runs to its reply, the connection
+	// then going back to the pool clean. Close the client first and its
+	// connections close, which ends the read at once. m closed: asked
+	// here.
+	if !m.goBackground(ask) {
+		ask()
+	}
 	select {
 	case err := <-done:
 		if err != nil {

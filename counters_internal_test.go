@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -60,4 +62,37 @@ func TestMovedAfterServingEndedIsNoContradiction(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 1, n)
+}
+
+// A slot-map load answered from the served map while its own request was
+// still on its way (TestWaitingSlotMapAnsweredAtSMigrated) leaves that
+// request running to its reply, so that the connection goes back to the
+// pool clean. The Maint's Close waits for it, as for every goroutine of
+// the Maint's: none outlives Close (the suite's goleak check). The node's
+// reply here comes at its read timeout, after Close was called.
+func TestCloseWaitsForTheSlotMapLoadItStarted(t *testing.T) {
+	f := newClusterFixture(t)
+	const readTimeout = 500 * time.Millisecond
+	asked := make(chan struct{})
+	var replied atomic.Bool
+	h := f.src.ProcessHook(func(_ context.Context, c redis.Cmder) error {
+		close(asked)
+		<-time.After(readTimeout) // the node answers late
+		c.(*redis.ClusterSlotsCmd).SetVal(fixtureMap())
+		replied.Store(true)
+		return nil
+	})
+	got := make(chan []redis.ClusterSlot, 1)
+	go func() {
+		cmd := redis.NewClusterSlotsCmd(context.Background(), "cluster", "slots")
+		_ = h(context.Background(), cmd)
+		got <- cmd.Val()
+	}()
+	<-asked
+	f.cDst.onNotification(smigrated(42, "0-100"))
+	v := <-got // answered from the served map, its request still on its way
+	assert.Equal(t, dstAddr, masterOf(v, 50))
+	require.False(t, replied.Load())
+	require.NoError(t, f.src.Close())
+	assert.True(t, replied.Load(), "Close returned while the slot-map load it started was still running")
 }
