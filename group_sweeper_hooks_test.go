@@ -72,3 +72,32 @@ func TestGroupSweeperRunsNoHookAddedBeforeMaints(t *testing.T) {
 		assert.Equal(t, before[name], h.seen(), "the application's hook on the %s client saw the sweeper's commands", name)
 	}
 }
+
+// ConfigureCluster, and ConfigureRing, on options a Group configured and
+// then closed wrap nothing a second time: the options' NewClient is the
+// first Group's, so a node client made through them gets no Maint of the
+// second Group's, and the application's own NewClient runs once per node.
+func TestConfigureAfterClosedGroupWrapsNoSecondTime(t *testing.T) {
+	refuse := func(context.Context, string, string) (net.Conn, error) { return nil, net.ErrClosed }
+	var made int
+	appNew := func(o *redis.Options) *redis.Client { made++; return redis.NewClient(o) }
+	copt := &redis.ClusterOptions{Addrs: []string{"127.0.0.9:1"}, Dialer: refuse, NewClient: appNew}
+	ropt := &redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.9:2"}, Dialer: refuse, NewClient: appNew}
+	quiet := maint.WithLogf(func(string, ...any) {})
+	g1 := maint.NewGroup(quiet)
+	g1.ConfigureCluster(copt)
+	g1.ConfigureRing(ropt)
+	require.NoError(t, g1.Close())
+
+	g2 := maint.NewGroup(quiet)
+	t.Cleanup(func() { _ = g2.Close() })
+	g2.ConfigureCluster(copt)
+	g2.ConfigureRing(ropt)
+	for name, newClient := range map[string]func(*redis.Options) *redis.Client{"cluster": copt.NewClient, "ring": ropt.NewClient} {
+		made = 0
+		c := newClient(&redis.Options{Addr: "127.0.0.9:3", Dialer: refuse})
+		assert.Equal(t, 1, made, "%s: the application's NewClient ran once", name)
+		assert.Empty(t, g2.Maints(), "%s: the second Group wrapped the options' NewClient again", name)
+		require.NoError(t, c.Close())
+	}
+}
