@@ -3,6 +3,7 @@ package maint
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -575,8 +576,42 @@ func asLoad(cmd redis.Cmder) (loadCmd, bool) {
 	return nil, false
 }
 
-// load runs a slot-map load a node client is sent (go-redis's reload,
-// mostly): while maint serves its map, the reply is that map, with no
+// reloadFunc is the function go-redis's ClusterClient loads its slot map
+// in, sending the load through a node client (v9.23.0 and v9.24.0:
+// TestContractClusterReloadFromLoadState).
+const reloadFunc = "github.com/redis/go-redis/v9.(*ClusterClient).loadState"
+
+// reloadMark marks a context whose slot-map load is go-redis's reload,
+// for tests that drive a node hook by hand.
+type reloadMark struct{}
+
+// fromReload reports whether the slot-map load a node client's hook runs
+// now is go-redis's reload: sent from reloadFunc, on the caller's
+// goroutine. Anything else is the application's own CLUSTER SHARDS or
+// SLOTS (cc.ClusterSlots, or a node client's), whose reply go-redis
+// installs nowhere: maint neither answers it from its served map nor
+// takes its reply for the map go-redis was handed (nodes gone, emptied).
+// The same arguments, the same command types and contexts reach the hook
+// either way; only the stack tells. It is read only for slot-map loads.
+func fromReload(ctx context.Context) bool {
+	if ctx.Value(reloadMark{}) != nil {
+		return true
+	}
+	var pcs [64]uintptr
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs[:])])
+	for {
+		f, more := frames.Next()
+		if f.Function == reloadFunc {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
+}
+
+// load runs go-redis's reload's slot-map load a node client is sent
+// (fromReload): while maint serves its map, the reply is that map, with no
 // round trip; otherwise the cluster's reply, which maint keeps. A request
 // still waiting for its reply when an SMIGRATED starts the serving
 // (go-redis reloading on a MOVED, its request queued behind a busy

@@ -85,7 +85,7 @@ func TestCloseWaitsForTheSlotMapLoadItStarted(t *testing.T) {
 	got := make(chan []redis.ClusterSlot, 1)
 	go func() {
 		cmd := redis.NewClusterSlotsCmd(context.Background(), "cluster", "slots")
-		_ = h(context.Background(), cmd)
+		_ = h(reloadCtx, cmd)
 		got <- cmd.Val()
 	}()
 	<-asked
@@ -96,3 +96,49 @@ func TestCloseWaitsForTheSlotMapLoadItStarted(t *testing.T) {
 	require.NoError(t, f.src.Close())
 	assert.True(t, replied.Load(), "Close returned while the slot-map load it started was still running")
 }
+
+// appSlotsLoad sends a CLUSTER SLOTS through m's process hook as the
+// application's own command does (cc.ClusterSlots, or a node client's):
+// not from go-redis's reload. The node answers reply.
+func appSlotsLoad(t *testing.T, m *Maint, reply []redis.ClusterSlot) []redis.ClusterSlot {
+	t.Helper()
+	h := m.ProcessHook(func(_ context.Context, c redis.Cmder) error {
+		c.(*redis.ClusterSlotsCmd).SetVal(reply)
+		return nil
+	})
+	cmd := redis.NewClusterSlotsCmd(context.Background(), "cluster", "slots")
+	require.NoError(t, h(context.Background(), cmd))
+	return cmd.Val()
+}
+
+// The application's own CLUSTER SLOTS (or SHARDS) is not go-redis's
+// reload: go-redis installs nothing from it. maint leaves it as it is: it
+// gets the cluster's reply even while maint serves its map, and nothing
+// is taken from it: no node is marked gone or emptied (whose idle
+// connections would be retired) by a map go-redis does not have, the map
+// go-redis was handed stays the one it loaded, and no counter moves.
+func TestApplicationsSlotMapLoadIsNotTakenForTheReload(t *testing.T) {
+	f := newClusterFixture(t)
+	before := f.src.ClusterStats()
+	got := appSlotsLoad(t, f.dst, movedMap()) // the cluster gave src's slots away; go-redis was not told
+	assert.Equal(t, movedMap(), got, "the application gets the cluster's reply")
+	assert.Equal(t, srcAddr, f.cs.slotMapNow().master(0), "the application's reply taken for the map go-redis was handed")
+	assert.False(t, f.src.isEmptied(), "a node emptied on the application's reply")
+	assert.Zero(t, f.cs.goneFor(f.src, monoNow()+int64(time.Minute)), "a node marked gone on the application's reply")
+	after := f.src.ClusterStats()
+	assert.Equal(t, before.SlotMaps, after.SlotMaps, "the application's reply counted as a slot map go-redis read")
+	assert.Equal(t, before.Emptied, after.Emptied)
+
+	// While maint serves its map: the application still asks the cluster.
+	f.cSrc.onNotification(smigrated(44, "0-100"))
+	require.NotNil(t, f.cs.serve.Load())
+	got = appSlotsLoad(t, f.src, fixtureMap())
+	assert.Equal(t, srcAddr, masterOf(got, 50), "the application was answered with the map maint serves go-redis")
+	assert.Equal(t, before.Served, f.src.ClusterStats().Served, "the application's command counted as a reload served")
+	assert.Equal(t, dstAddr, f.cs.serve.Load().sm.master(50), "the map maint serves go-redis is kept")
+	assert.Equal(t, dstAddr, masterOf(f.reload(t, f.dst, nil), 50), "go-redis's reload is still served")
+}
+
+// reloadCtx marks the slot-map loads tests send through a node hook by
+// hand as go-redis's reload (fromReload).
+var reloadCtx = context.WithValue(context.Background(), reloadMark{}, true)

@@ -109,3 +109,7 @@ func init() {
 // to tell whether it is closed (group.go clientClosed), for the contract
 // test that pins go-redis's answer to it.
 var ClosedAsk = closedAsk
+
+// FromReload is fromReload, for the contract test that pins where
+// go-redis sends its reload's slot-map load from.
+var FromReload = fromReload
