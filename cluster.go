@@ -3,6 +3,7 @@ package maint
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -178,7 +179,8 @@ type ClusterStats struct {
 	Served   uint64
 	SlotMaps uint64 // slot-map replies (CLUSTER SHARDS or SLOTS) read from the cluster through the node clients
 	// Contradicted counts the MOVED replies that disagreed with the map
-	// maint served, which ended its serving: the cluster's map wins.
+	// maint served while it served it, which ended its serving: the
+	// cluster's map wins. A MOVED after the serving ended is not counted.
 	Contradicted uint64
 	// Refuted counts the slot maps maint served that a slot map read from
 	// the cluster contradicted (a late or replayed SMIGRATED applied),
@@ -619,8 +621,42 @@ func asLoad(cmd redis.Cmder) (loadCmd, bool) {
 	return nil, false
 }
 
-// load runs a slot-map load a node client is sent (go-redis's reload,
-// mostly): while maint serves its map, the reply is that map, with no
+// reloadFunc is the function go-redis's ClusterClient loads its slot map
+// in, sending the load through a node client (v9.23.0 and v9.24.0:
+// TestContractClusterReloadFromLoadState).
+const reloadFunc = "github.com/redis/go-redis/v9.(*ClusterClient).loadState"
+
+// reloadMark marks a context whose slot-map load is go-redis's reload,
+// for tests that drive a node hook by hand.
+type reloadMark struct{}
+
+// fromReload reports whether the slot-map load a node client's hook runs
+// now is go-redis's reload: sent from reloadFunc, on the caller's
+// goroutine. Anything else is the application's own CLUSTER SHARDS or
+// SLOTS (cc.ClusterSlots, or a node client's), whose reply go-redis
+// installs nowhere: maint neither answers it from its served map nor
+// takes its reply for the map go-redis was handed (nodes gone, emptied).
+// The same arguments, the same command types and contexts reach the hook
+// either way; only the stack tells. It is read only for slot-map loads.
+func fromReload(ctx context.Context) bool {
+	if ctx.Value(reloadMark{}) != nil {
+		return true
+	}
+	var pcs [64]uintptr
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs[:])])
+	for {
+		f, more := frames.Next()
+		if f.Function == reloadFunc {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
+}
+
+// load runs go-redis's reload's slot-map load a node client is sent
+// (fromReload): while maint serves its map, the reply is that map, with no
 // round trip; otherwise the cluster's reply, which maint keeps. A request
 // still waiting for its reply when an SMIGRATED starts the serving
 // (go-redis reloading on a MOVED, its request queued behind a busy
@@ -636,13 +672,21 @@ func (cs *clusterState) load(ctx context.Context, m *Maint, cmd loadCmd, next re
 	sig := cs.servedSignal()
 	own := cmd.fresh(ctx)
 	done := make(chan error, 1)
-	go func() { // ends with next: bounded by go-redis's timeouts
+	ask := func() { // ends with next: bounded by go-redis's timeouts
 		err := next(ctx, own.cmd())
 		if err == nil {
 			cs.c.slotMaps.Add(1)
 		}
 		done <- err // buffered: a reply no longer awaited is dropped
-	}()
+	}
+	// m's goroutine, which m's Close waits for: a request answered from
+	// the served map meanwhile still runs to its reply, the connection
+	// then going back to the pool clean. Close the client first and its
+	// connections close, which ends the read at once. m closed: asked
+	// here.
+	if !m.goBackground(ask) {
+		ask()
+	}
 	select {
 	case err := <-done:
 		if err != nil {
@@ -785,9 +829,13 @@ func (cs *clusterState) masteredLocked(sm *slotMap, addr string) bool {
 }
 
 // checkMoved ends the serving of s when a MOVED reply disagrees with its
-// map: the cluster's word wins, and go-redis's reload on that MOVED then
-// asks the cluster.
+// map while it is in force: the cluster's word wins, and go-redis's reload
+// on that MOVED then asks the cluster. A serving that ended (past its
+// until) answers no reload: a MOVED then contradicts nothing maint serves.
 func (cs *clusterState) checkMoved(m *Maint, s *serving, err error) {
+	if s.until <= monoNow() {
+		return
+	}
 	msg := err.Error()
 	if !strings.HasPrefix(msg, "MOVED ") {
 		return

@@ -82,7 +82,7 @@ func (f *clusterFixture) reload(t testing.TB, m *Maint, node []redis.ClusterSlot
 		return nil
 	})
 	cmd := redis.NewClusterSlotsCmd(context.Background(), "cluster", "slots")
-	require.NoError(t, h(context.Background(), cmd))
+	require.NoError(t, h(reloadCtx, cmd))
 	return cmd.Val()
 }
 
@@ -228,7 +228,7 @@ func TestSlotMapInFlightGetsMoves(t *testing.T) {
 		return nil
 	})
 	cmd := redis.NewClusterSlotsCmd(context.Background(), "cluster", "slots")
-	require.NoError(t, h(context.Background(), cmd))
+	require.NoError(t, h(reloadCtx, cmd))
 	assert.Equal(t, dstAddr, masterOf(cmd.Val(), 50), "go-redis installs the reply: it has the moves")
 	assert.Equal(t, srcAddr, masterOf(cmd.Val(), 101))
 
@@ -253,7 +253,7 @@ func TestWaitingSlotMapAnsweredAtSMigrated(t *testing.T) {
 	got := make(chan []redis.ClusterSlot, 1)
 	go func() {
 		cmd := redis.NewClusterSlotsCmd(context.Background(), "cluster", "slots")
-		_ = h(context.Background(), cmd)
+		_ = h(reloadCtx, cmd)
 		got <- cmd.Val()
 	}()
 	select {

@@ -14,73 +14,91 @@ import (
 	"github.com/maintkit/maint"
 )
 
-// Contract (group.go probeOf, clientClosed), checked on v9.23.0 and
-// v9.24.0: a *redis.Conn taken from a *redis.Client runs its commands
-// through the hooks the client had when the Conn was taken, never through
-// one added to the client afterwards; and, on a client with no connection
-// or an idle one, it answers a command whose context was cancelled before
-// it was sent with the context's error while the client lives and with
-// redis.ErrClosed once the client is closed, without dialling, without
-// writing on the idle connection and without taking it, as often as it is
-// asked. A ClusterClient's Close closes its node clients. If this fails,
-// the Group's sweeper either cannot tell a closed client without I/O (and
-// keeps its Maint), or runs its probe through the application's hooks.
-func TestContractConnSnapshotsHooksAndAnswersClosed(t *testing.T) {
+// Contract (group.go clientClosed), checked on v9.23.0 and v9.24.0:
+// (*redis.Client).AutoPipelineWithOptions, asked with maint.ClosedAsk (a
+// negative batch size), answers redis.ErrClosed once the client is closed
+// (by its own Close, a ClusterClient's Close for its node clients, a
+// Ring's for its shards, or the Close of a WithTimeout clone sharing its
+// pools), and otherwise refuses the options, or returns the autopipeliner
+// the application made: without running any hook of the client's, without
+// dialling, without taking or writing on an idle connection, and without
+// building an autopipeliner (no goroutine: TestMain's goleak), as often as
+// it is asked. If this fails, the Group's sweeper either cannot tell a
+// closed client (and keeps its Maint), or starts goroutines or I/O on
+// every quiet client.
+func TestContractAutoPipelineAnswersClosed(t *testing.T) {
 	ctx := context.Background()
-	cancelled, cancel := context.WithCancel(ctx)
-	cancel()
 	t.Logf("go-redis %s", redis.Version())
+	ask := func(c *redis.Client) error {
+		_, err := c.AutoPipelineWithOptions(maint.ClosedAsk)
+		return err
+	}
+	open := func(c *redis.Client, what string) {
+		t.Helper()
+		for range 3 {
+			err := ask(c)
+			assert.Error(t, err, "%s: the options are refused", what)
+			assert.NotErrorIs(t, err, redis.ErrClosed, "%s: an open client", what)
+		}
+	}
+	closed := func(c *redis.Client, what string) {
+		t.Helper()
+		for range 2 {
+			assert.ErrorIs(t, ask(c), redis.ErrClosed, "%s: a closed client", what)
+		}
+	}
 
 	var dials atomic.Int64
-	never := redis.NewClient(&redis.Options{Addr: "127.0.0.9:1", Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+	refuse := func(context.Context, string, string) (net.Conn, error) {
 		dials.Add(1)
 		return nil, net.ErrClosed
-	}})
-	probe := never.Conn()
-	later := &hookLog{}
-	never.AddHook(later) // after the Conn was taken
-	for range 3 {
-		err := probe.Ping(cancelled).Err()
-		assert.ErrorIs(t, err, context.Canceled)
-		assert.NotErrorIs(t, err, redis.ErrClosed)
 	}
+	never := redis.NewClient(&redis.Options{Addr: "127.0.0.9:1", Dialer: refuse})
+	hook := &hookLog{}
+	never.AddHook(hook)
+	open(never, "never dialled")
 	assert.Zero(t, dials.Load(), "no dial")
 	require.NoError(t, never.Close())
-	assert.ErrorIs(t, probe.Ping(cancelled).Err(), redis.ErrClosed)
-	assert.ErrorIs(t, probe.Ping(cancelled).Err(), redis.ErrClosed, "asked again")
-	assert.Empty(t, later.seen(), "a hook added to the client after the Conn was taken saw the Conn's commands")
-	_ = probe.Close()
+	closed(never, "never dialled")
+	assert.Empty(t, hook.seen(), "the client's hook saw the asks")
 
+	// An idle connection is neither taken nor written on.
 	e := newEnv(t)
 	rdb := redis.NewClient(e.options(2))
-	before := &hookLog{}
-	rdb.AddHook(before)
-	probe = rdb.Conn()
-	after := &hookLog{}
-	rdb.AddHook(after)
+	hook = &hookLog{}
+	rdb.AddHook(hook)
 	require.NoError(t, rdb.Ping(ctx).Err()) // one idle connection
-	served := e.old.Stats().Served
-	for range 3 {
-		err := probe.Ping(cancelled).Err()
-		assert.ErrorIs(t, err, context.Canceled)
-		assert.NotErrorIs(t, err, redis.ErrClosed)
-	}
+	served, seen := e.old.Stats().Served, hook.seen()
+	open(rdb, "one idle connection")
 	assert.Equal(t, served, e.old.Stats().Served, "nothing written on the idle connection")
 	st := rdb.PoolStats()
 	assert.EqualValues(t, 1, st.TotalConns, "the idle connection stays")
 	assert.EqualValues(t, 1, st.IdleConns, "the idle connection is not taken")
-	require.NoError(t, rdb.Ping(ctx).Err(), "the client serves beside the probe")
-	t.Logf("hooks added before the Conn was taken saw %q, after %q", before.seen(), after.seen())
-	assert.Equal(t, 2, pings(after.seen()), "a hook added after the Conn was taken sees the client's two PINGs, not the Conn's")
-	assert.Equal(t, 5, pings(before.seen()), "a hook the client had when the Conn was taken sees the Conn's PINGs too")
 	require.NoError(t, rdb.Close())
-	assert.ErrorIs(t, probe.Ping(cancelled).Err(), redis.ErrClosed)
-	_ = probe.Close()
+	closed(rdb, "one idle connection")
+	assert.Equal(t, seen, hook.seen(), "the client's hook saw the asks")
 
-	// A ClusterClient's Close closes the node clients it made.
+	// The application's own autopipeliner is returned while it lives.
+	own := redis.NewClient(&redis.Options{Addr: "127.0.0.9:1", Dialer: refuse})
+	ap, err := own.AutoPipeline()
+	require.NoError(t, err)
+	got, err := own.AutoPipelineWithOptions(maint.ClosedAsk)
+	require.NoError(t, err, "a client with an autopipeliner of its own")
+	assert.Same(t, ap, got)
+	require.NoError(t, own.Close())
+	closed(own, "with an autopipeliner of its own")
+
+	// A WithTimeout clone's Close closes the pools it shares.
+	parent := redis.NewClient(&redis.Options{Addr: "127.0.0.9:1", Dialer: refuse})
+	clone := parent.WithTimeout(time.Second)
+	require.NoError(t, clone.Close())
+	closed(parent, "whose WithTimeout clone was closed")
+	_ = parent.Close()
+
+	// A ClusterClient's Close closes the node clients it made, a Ring's
+	// its shards.
 	var nodes []*redis.Client
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.9:1"},
-		Dialer: func(context.Context, string, string) (net.Conn, error) { return nil, net.ErrClosed },
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.9:1"}, Dialer: refuse,
 		NewClient: func(o *redis.Options) *redis.Client {
 			c := redis.NewClient(o)
 			nodes = append(nodes, c)
@@ -89,12 +107,29 @@ func TestContractConnSnapshotsHooksAndAnswersClosed(t *testing.T) {
 	short, stop := context.WithTimeout(ctx, 2*time.Second)
 	_ = cc.Ping(short).Err() // loading the slot map makes the seed's node client
 	stop()
-	require.NoError(t, cc.Close())
 	require.NotEmpty(t, nodes)
 	for _, c := range nodes {
-		p := c.Conn()
-		assert.ErrorIs(t, p.Ping(cancelled).Err(), redis.ErrClosed)
-		_ = p.Close()
+		open(c, "a live ClusterClient's node client")
+	}
+	require.NoError(t, cc.Close())
+	for _, c := range nodes {
+		closed(c, "a closed ClusterClient's node client")
+	}
+	var shards []*redis.Client
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.9:2"}, Dialer: refuse,
+		HeartbeatFrequency: time.Hour,
+		NewClient: func(o *redis.Options) *redis.Client {
+			c := redis.NewClient(o)
+			shards = append(shards, c)
+			return c
+		}})
+	require.NotEmpty(t, shards)
+	for _, c := range shards {
+		open(c, "a live Ring's shard")
+	}
+	require.NoError(t, ring.Close())
+	for _, c := range shards {
+		closed(c, "a closed Ring's shard")
 	}
 }
 

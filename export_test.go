@@ -117,3 +117,12 @@ func ClusterStatsOf(g *Group, opt *redis.ClusterOptions) ClusterStats {
 	}
 	return ClusterStats{}
 }
+
+// ClosedAsk is the AutoPipelineOptions the sweeper asks a quiet client for
+// to tell whether it is closed (group.go clientClosed), for the contract
+// test that pins go-redis's answer to it.
+var ClosedAsk = closedAsk
+
+// FromReload is fromReload, for the contract test that pins where
+// go-redis sends its reload's slot-map load from.
+var FromReload = fromReload

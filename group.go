@@ -86,11 +86,6 @@ type member struct {
 	m    *Maint
 	cli  *redis.Client // nil when not known
 	live *liveHook     // nil when liveness is not judged (see sweep)
-	// probe is the sweeper's view of cli's pool (see probeOf): a
-	// *redis.Conn taken when the Group registered cli, whose hooks are the
-	// ones cli had then, never those the application adds later. nil when
-	// cli is.
-	probe *redis.Conn
 	// quiet is when the sweeper first saw the member with no command and no
 	// connection (zero: not quiet).
 	quiet time.Time
@@ -117,7 +112,7 @@ func (g *Group) newMaint() *Maint { return New(g.opts...) }
 
 // add records m, installed on cli (nil when unknown; reserved by reserve
 // on Instrument's route), unless the group is closed: then m is closed and
-// add reports false. Every member is made here, with its probe.
+// add reports false. Every member is made here.
 func (g *Group) add(m *Maint, cli *redis.Client, live *liveHook) bool {
 	g.mu.Lock()
 	if g.closed {
@@ -125,7 +120,7 @@ func (g *Group) add(m *Maint, cli *redis.Client, live *liveHook) bool {
 		_ = m.Close()
 		return false
 	}
-	mb := &member{m: m, cli: cli, live: live, probe: probeOf(cli)}
+	mb := &member{m: m, cli: cli, live: live}
 	m.rel.register(cli)
 	g.ms = append(g.ms, mb)
 	g.attachLocked(m)
@@ -437,7 +432,7 @@ func (h *liveHook) DialHook(next redis.DialHook) redis.DialHook {
 // ProcessHook notes commands.
 func (h *liveHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if !h.seen.Load() && ctx.Value(closedProbe{}) == nil {
+		if !h.seen.Load() {
 			h.seen.Store(true)
 		}
 		return next(ctx, cmd)
@@ -598,48 +593,28 @@ func ringClosed(ctx context.Context, r *redis.Ring) bool {
 	return r.Len() == 0 && errors.Is(r.Ping(ctx).Err(), redis.ErrClosed)
 }
 
-// probeCtx is the context of clientClosed's PING: cancelled before it is
-// sent, and marked so that the liveHook does not take it for use.
-var probeCtx = func() context.Context {
-	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), closedProbe{}, true))
-	cancel()
-	return ctx
-}()
-
-// closedProbe marks probeCtx.
-type closedProbe struct{}
-
-// probeOf returns the sweeper's view of cli: a *redis.Conn on cli's pool
-// (no connection is taken until it runs a command), taken when the Group
-// registers cli, right after cli was built or instrumented. A Conn's hooks
-// are a snapshot of its client's at that moment: a hook the application
-// adds to cli afterwards never sees the sweeper's probe
-// (TestContractConnSnapshotsHooksAndAnswersClosed), where a PING on cli
-// itself ran through every hook of the client, so that an application's
-// tracing or metrics hook recorded a failed PING every sweep for every
-// quiet client.
-func probeOf(cli *redis.Client) *redis.Conn {
-	if cli == nil {
-		return nil
-	}
-	return cli.Conn()
-}
+// closedAsk is the configuration clientClosed asks for an autopipeliner
+// with: one go-redis refuses (a negative batch size), so that the answer
+// is ErrClosed or the refusal, and nothing is built.
+var closedAsk = &redis.AutoPipelineOptions{MaxBatchSize: -1}
 
 // clientClosed reports whether mb's client, quiet (no connection, no
-// command), is closed, without any I/O: a PING on its probe Conn with a
-// context cancelled before it is sent reaches the client's pool, which
-// answers ErrClosed when closed and the context's error otherwise, before
-// it dials or hands out a connection
-// (TestContractConnSnapshotsHooksAndAnswersClosed). The PING runs through
-// the hooks the client had when the Group registered it (maint's own on
-// the options route; on Instrument's, also those the application had
-// added before). A client with a Limiter is not asked: the Limiter would
-// be told of the probe's error.
+// command), is closed, without any I/O and without running any of the
+// client's hooks: go-redis's AutoPipelineWithOptions answers ErrClosed
+// once the client (or a clone sharing its pools) is closed, before it
+// looks at the configuration; otherwise it returns the autopipeliner the
+// client has, or refuses closedAsk before building one
+// (TestContractAutoPipelineAnswersClosed). A command on the client, or on
+// a *redis.Conn of it, ran through the hooks the application had added
+// before maint's (its own NewClient's on the options route, those before
+// Instrument), so that a tracing or metrics hook recorded a failed PING
+// every sweep for every quiet client.
 func clientClosed(mb *member) bool {
-	if mb.probe == nil || mb.cli.Options().Limiter != nil {
+	if mb.cli == nil {
 		return false
 	}
-	return errors.Is(mb.probe.Ping(probeCtx).Err(), redis.ErrClosed)
+	_, err := mb.cli.AutoPipelineWithOptions(closedAsk)
+	return errors.Is(err, redis.ErrClosed)
 }
 
 // unwatch stops polling r, a closed Ring.
@@ -677,9 +652,6 @@ func (g *Group) forget(mb *member) {
 	// the events its Close emits (the RelaxOffs that bring gauges back to
 	// 0) have reached the group's observers.
 	_ = mb.m.Close()
-	if mb.probe != nil {
-		_ = mb.probe.Close() // it holds no connection: nothing to return
-	}
 	st := mb.m.Stats()
 	g.mu.Lock()
 	for i, x := range g.ms {

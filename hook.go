@@ -86,7 +86,7 @@ func (m *Maint) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	m.hooked.Store(true)
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if cs := m.s.cluster; cs != nil {
-			if lc, ok := asLoad(cmd); ok && !isOwnRead(ctx) {
+			if lc, ok := asLoad(cmd); ok && !isOwnRead(ctx) && fromReload(ctx) {
 				// Before any hold: a map served needs no connection.
 				return cs.load(ctx, m, lc, func(ctx context.Context, cmd redis.Cmder) error {
 					if err := m.waitTurn(ctx); err != nil {

@@ -268,9 +268,6 @@ func (g *Group) bindClient(m *Maint, c *redis.Client) {
 		if mb.m == m {
 			mb.cli = c
 			m.rel.register(c)
-			if mb.probe == nil {
-				mb.probe = probeOf(c)
-			}
 			g.byCli[c] = mb
 		}
 	}
