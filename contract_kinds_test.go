@@ -224,25 +224,42 @@ func TestContractRingShards(t *testing.T) {
 	assert.Equal(t, n, activity(e.new.Addr()), "no heartbeat, command or dial reaches a dropped shard (the sweeper takes it for closed)")
 }
 
-// Contract (group.go ringClosed): a closed Ring has no live shard (Len 0)
-// and fails a PING with redis.ErrClosed; a Ring whose shards are all down
-// has Len 0 too but fails it otherwise, without any I/O. If this fails,
-// the Group cannot tell a closed instrumented Ring and polls it forever.
-func TestContractRingClosed(t *testing.T) {
-	ctx := context.Background()
+// Contract (group.go ringClosed), checked on v9.23.0 and v9.24.0:
+// (*redis.Ring).GetShardClientForKey answers redis.ErrClosed once the Ring
+// is closed, and otherwise a shard, or another error when every shard is
+// down, without running any of the Ring's hooks and without any I/O. If
+// this fails, the Group cannot tell a closed instrumented Ring and polls
+// it forever, or its sweeper runs the application's hooks.
+func TestContractRingShardForKeyAnswersClosed(t *testing.T) {
+	t.Logf("go-redis %s", redis.Version())
+	hook := &hookLog{}
 	down := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.9:1"}, HeartbeatFrequency: 10 * time.Millisecond})
 	defer down.Close()
+	down.AddHook(hook)
 	waitFor(t, "the shard down", 5*time.Second, func() bool { return down.Len() == 0 })
-	err := down.Ping(ctx).Err()
-	require.Error(t, err)
-	assert.NotErrorIs(t, err, redis.ErrClosed, "a Ring whose shards are down is not closed")
+	for range 3 {
+		_, err := down.GetShardClientForKey("")
+		require.Error(t, err)
+		assert.NotErrorIs(t, err, redis.ErrClosed, "a Ring whose shards are down is not closed")
+	}
+	require.NoError(t, down.Close())
+	for range 2 {
+		_, err := down.GetShardClientForKey("")
+		assert.ErrorIs(t, err, redis.ErrClosed, "a closed Ring whose shards were down")
+	}
 
 	e := newEnv(t)
-	up := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": e.old.Addr()}})
-	require.NoError(t, up.Ping(ctx).Err())
+	served := e.old.Stats().Served
+	up := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": e.old.Addr()}, HeartbeatFrequency: time.Hour})
+	up.AddHook(hook)
+	c, err := up.GetShardClientForKey("")
+	require.NoError(t, err, "a live Ring")
+	assert.NotNil(t, c)
+	assert.Equal(t, served, e.old.Stats().Served, "no command reached the shard")
 	require.NoError(t, up.Close())
-	assert.Zero(t, up.Len())
-	assert.ErrorIs(t, up.Ping(ctx).Err(), redis.ErrClosed)
+	_, err = up.GetShardClientForKey("")
+	assert.ErrorIs(t, err, redis.ErrClosed, "a closed live Ring")
+	assert.Empty(t, hook.seen(), "the Ring's hooks saw the asks")
 }
 
 // Contract (configure.go optionsInUse): redis.NewClient works on a copy of

@@ -530,7 +530,7 @@ func (g *Group) sweep(now time.Time) {
 	dead, gone := g.deadAfter, g.clusterGone
 	g.mu.Unlock()
 	for _, r := range rings {
-		if ringClosed(g.ctx, r) {
+		if ringClosed(r) {
 			g.unwatch(r)
 			continue
 		}
@@ -585,12 +585,16 @@ func (g *Group) sweep(now time.Time) {
 	g.sweeps.Add(1)
 }
 
-// ringClosed reports whether r is closed: no live shard (Len 0), and a
-// PING fails with ErrClosed (a Ring with no live shard answers it without
-// any I/O; a shard that came up meanwhile gets one PING, as its heartbeat
-// would: TestContractRingClosed).
-func ringClosed(ctx context.Context, r *redis.Ring) bool {
-	return r.Len() == 0 && errors.Is(r.Ping(ctx).Err(), redis.ErrClosed)
+// ringClosed reports whether r is closed, without any I/O and without
+// running any of the Ring's hooks: go-redis's GetShardClientForKey
+// answers ErrClosed once the Ring is closed, before it looks at its
+// shards, and otherwise a shard or "all ring shards are down"
+// (TestContractRingShardForKeyAnswersClosed). A PING through the Ring,
+// asked when no shard was live, ran through the hooks the application had
+// added to the Ring, which recorded a failed PING every sweep.
+func ringClosed(r *redis.Ring) bool {
+	_, err := r.GetShardClientForKey("")
+	return errors.Is(err, redis.ErrClosed)
 }
 
 // closedAsk is the configuration clientClosed asks for an autopipeliner

@@ -18,9 +18,11 @@ import (
 // maint's: inside its own ClusterOptions.NewClient (a cluster node client)
 // or RingOptions.NewClient (a ring shard), both called by the Group's
 // per-node constructor before maint's hooks are added, and on a
-// *redis.Client before Instrument. Over several sweeps none of those
-// hooks sees a command of the sweeper's, and once the clients are closed
-// their Maints are forgotten, still with nothing seen.
+// *redis.Client before Instrument, and on an instrumented Ring whose
+// shards are all down (the sweeper asks such a Ring whether it is closed
+// at every sweep). Over several sweeps none of those hooks sees a command
+// of the sweeper's, and once the clients are closed their Maints are
+// forgotten and the Ring is no longer watched, still with nothing seen.
 func TestGroupSweeperRunsNoHookAddedBeforeMaints(t *testing.T) {
 	g := maint.NewGroup(maint.WithLogf(func(string, ...any) {}))
 	t.Cleanup(func() { _ = g.Close() })
@@ -51,15 +53,23 @@ func TestGroupSweeperRunsNoHookAddedBeforeMaints(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.9:3", Dialer: refuse})
 	rdb.AddHook(clientHook) // before Instrument
 	require.NoError(t, g.Instrument(rdb))
-	require.Len(t, g.Maints(), 3, "a node client, a ring shard, an instrumented client")
-	before := map[string][]string{"node": nodeHook.seen(), "shard": shardHook.seen(), "client": clientHook.seen()}
+	downHook := &hookLog{}
+	down := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.9:4"}, Dialer: refuse,
+		HeartbeatFrequency: 10 * time.Millisecond})
+	down.AddHook(downHook) // the Ring's own, before Instrument
+	waitFor(t, "the down Ring's shard down", 5*time.Second, func() bool { return down.Len() == 0 })
+	require.NoError(t, g.Instrument(down))
+	require.Equal(t, 1, maint.WatchedRings(g))
+	require.Len(t, g.Maints(), 3, "a node client, a ring shard, an instrumented client (the down Ring's shard has none)")
+	before := map[string][]string{"node": nodeHook.seen(), "shard": shardHook.seen(), "client": clientHook.seen(), "down ring": downHook.seen()}
 	t.Logf("before the sweeps the application's hooks saw %q", before)
 
 	// Quiet at one sweep, asked at every one after it.
 	from := maint.Sweeps(g)
 	waitFor(t, "six sweeps", 10*time.Second, func() bool { return maint.Sweeps(g) >= from+6 })
 	assert.Len(t, g.Maints(), 3, "live clients' Maints are kept")
-	for name, h := range map[string]*hookLog{"node": nodeHook, "shard": shardHook, "client": clientHook} {
+	hooks := map[string]*hookLog{"node": nodeHook, "shard": shardHook, "client": clientHook, "down ring": downHook}
+	for name, h := range hooks {
 		assert.Zero(t, pings(h.seen()), "the application's hook on the %s client saw the sweeper's PINGs: %q", name, h.seen())
 		assert.Equal(t, before[name], h.seen(), "the application's hook on the %s client saw the sweeper's commands", name)
 	}
@@ -67,8 +77,10 @@ func TestGroupSweeperRunsNoHookAddedBeforeMaints(t *testing.T) {
 	require.NoError(t, cc.Close())
 	require.NoError(t, ring.Close())
 	require.NoError(t, rdb.Close())
+	require.NoError(t, down.Close())
 	waitFor(t, "the closed clients' Maints forgotten", 10*time.Second, func() bool { return len(g.Maints()) == 0 })
-	for name, h := range map[string]*hookLog{"node": nodeHook, "shard": shardHook, "client": clientHook} {
+	waitFor(t, "the closed Ring no longer watched", 10*time.Second, func() bool { return maint.WatchedRings(g) == 0 })
+	for name, h := range hooks {
 		assert.Equal(t, before[name], h.seen(), "the application's hook on the %s client saw the sweeper's commands", name)
 	}
 }
