@@ -132,27 +132,34 @@ func runMoveCase(t *testing.T, mc moveCase, routes ...subRoute) {
 		runs = append(runs, r)
 	}
 	run("no handler", false, spNoMaint)
-	movedSubs := 0
-	for _, g := range setup.groups {
-		if setup.moving[g[0]] {
-			movedSubs++
-		}
-	}
 	for _, rt := range routes {
-		run("maint ("+rt.name+")", true, func(opt *redis.ClusterOptions) (*redis.ClusterClient, func()) {
-			g := maint.NewGroup()
-			cc := rt.mk(t, g, opt)
-			return cc, func() {
-				followed, _, _, _ := maint.ShardStats(g, opt)
-				st := maint.ClusterStatsOf(g, opt)
-				t.Logf("maint (%s): followed=%d of %d moved subscribers; SMIGRATED=%d stale=%d unapplied=%d confirm reads=%d",
-					rt.name, followed, movedSubs, st.SMigrated, st.Stale, st.Unapplied, st.ConfirmReads)
-				assert.LessOrEqual(t, followed, uint64(movedSubs), "maint (%s): more than one close per moved subscriber", rt.name)
-				_ = g.Close()
-			}
-		})
+		run("maint ("+rt.name+")", true, routeRun(t, rt, func() *spSetup { return setup }))
 	}
 	spCheck(t, setup, runs)
+}
+
+// routeRun makes rt's subscribing client on a Group of its own and, at
+// the run's end, logs the Group's counters and asserts at most one close
+// per subscriber of a moving slot, those of the run's setup.
+func routeRun(t *testing.T, rt subRoute, setupOf func() *spSetup) spClient {
+	return func(opt *redis.ClusterOptions) (*redis.ClusterClient, func()) {
+		g := maint.NewGroup()
+		cc := rt.mk(t, g, opt)
+		return cc, func() {
+			setup, movedSubs := setupOf(), 0
+			for _, gr := range setup.groups {
+				if setup.moving[gr[0]] {
+					movedSubs++
+				}
+			}
+			followed, _, _, _ := maint.ShardStats(g, opt)
+			st := maint.ClusterStatsOf(g, opt)
+			t.Logf("maint (%s): followed=%d of %d moved subscribers; SMIGRATED=%d stale=%d unapplied=%d confirm reads=%d",
+				rt.name, followed, movedSubs, st.SMigrated, st.Stale, st.Unapplied, st.ConfirmReads)
+			assert.LessOrEqual(t, followed, uint64(movedSubs), "maint (%s): more than one close per moved subscriber", rt.name)
+			_ = g.Close()
+		}
+	}
 }
 
 // TestShardedFollowOnTwoClientsOfOneOptions: the subscribers of a second
