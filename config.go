@@ -78,6 +78,9 @@ type Config struct {
 	// OnEvent, if set, is called for every Event, outside any lock of the
 	// Maint. It must not block.
 	OnEvent func(Event)
+
+	// optionSet: an Option set something (WithConfig after it is refused).
+	optionSet bool
 }
 
 // HandshakeMode is how the Configure route opts connections in.
@@ -95,55 +98,190 @@ const (
 	HandshakeOff
 )
 
-// Option changes one setting of a Config.
+// Option changes one setting of a Config. The With functions check their
+// argument when they are called, and New and NewGroup check the Config the
+// options make: a value maint cannot honour (a negative cap, a timeout
+// floor too short to relax anything, an unknown mode) panics with a
+// message naming the option, as go-redis does for invalid options.
 type Option func(*Config)
 
-// WithConfig replaces the whole Config.
-func WithConfig(c Config) Option { return func(dst *Config) { *dst = c } }
+// set is an Option of one setting: it marks the Config as set, so that a
+// WithConfig after it, which would replace it without a word, is refused.
+func set(f func(*Config)) Option {
+	return func(c *Config) {
+		f(c)
+		c.optionSet = true
+	}
+}
 
-// WithRelaxedTimeout sets Config.RelaxedTimeout.
-func WithRelaxedTimeout(d time.Duration) Option { return func(c *Config) { c.RelaxedTimeout = d } }
+// WithConfig replaces the whole Config. It must come first: it panics when
+// an option before it set something it would replace.
+func WithConfig(c Config) Option {
+	return func(dst *Config) {
+		if dst.optionSet {
+			panic("maint: WithConfig after other options: it replaces the whole Config, and every option before it with it; put WithConfig first")
+		}
+		*dst = c
+		dst.optionSet = true
+	}
+}
 
-// WithRelaxedTail sets Config.RelaxedTail.
-func WithRelaxedTail(d time.Duration) Option { return func(c *Config) { c.RelaxedTail = d } }
+// WithRelaxedTimeout sets Config.RelaxedTimeout: 0 means the default (10s),
+// a negative value turns relaxation off, and a positive one must be at
+// least 10ms.
+func WithRelaxedTimeout(d time.Duration) Option {
+	checkRelaxed("WithRelaxedTimeout", d)
+	return set(func(c *Config) { c.RelaxedTimeout = d })
+}
 
-// WithRelaxCap sets Config.RelaxCap.
-func WithRelaxCap(d time.Duration) Option { return func(c *Config) { c.RelaxCap = d } }
+// WithRelaxedTail sets Config.RelaxedTail: 0 means the default, and a
+// value must not be negative.
+func WithRelaxedTail(d time.Duration) Option {
+	checkSpan("WithRelaxedTail", d, "twice the relaxed timeout")
+	return set(func(c *Config) { c.RelaxedTail = d })
+}
 
-// WithHoldBudget sets Config.HoldBudget.
-func WithHoldBudget(d time.Duration) Option { return func(c *Config) { c.HoldBudget = d } }
+// WithRelaxCap sets Config.RelaxCap: 0 means the default (60s), and a
+// value must not be negative.
+func WithRelaxCap(d time.Duration) Option {
+	checkSpan("WithRelaxCap", d, "60s")
+	return set(func(c *Config) { c.RelaxCap = d })
+}
 
-// WithEndpointType sets Config.EndpointType.
-func WithEndpointType(t string) Option { return func(c *Config) { c.EndpointType = t } }
+// WithHoldBudget sets Config.HoldBudget: 0 means the default (10s), a
+// negative value means commands are not held past a window's end.
+func WithHoldBudget(d time.Duration) Option {
+	checkOffOrSpan("WithHoldBudget", d)
+	return set(func(c *Config) { c.HoldBudget = d })
+}
 
-// WithHandshake sets Config.Handshake.
-func WithHandshake(h HandshakeMode) Option { return func(c *Config) { c.Handshake = h } }
+// WithMaxWindow sets Config.MaxWindow: 0 means the default (one hour), and
+// a value must not be negative.
+func WithMaxWindow(d time.Duration) Option {
+	checkSpan("WithMaxWindow", d, "one hour")
+	return set(func(c *Config) { c.MaxWindow = d })
+}
+
+// WithEndpointType sets Config.EndpointType: "", "internal-ip",
+// "internal-fqdn", "external-ip", "external-fqdn" or "none".
+func WithEndpointType(t string) Option {
+	checkEndpointType("WithEndpointType", t)
+	return set(func(c *Config) { c.EndpointType = t })
+}
+
+// WithHandshake sets Config.Handshake: HandshakeAuto, HandshakeRequired
+// or HandshakeOff.
+func WithHandshake(h HandshakeMode) Option {
+	checkHandshake("WithHandshake", h)
+	return set(func(c *Config) { c.Handshake = h })
+}
 
 // WithOptIn sets Config.OptIn (OptInHosts builds the host-name policy).
-func WithOptIn(f func(addr string) bool) Option { return func(c *Config) { c.OptIn = f } }
+func WithOptIn(f func(addr string) bool) Option { return set(func(c *Config) { c.OptIn = f }) }
 
-// WithHandshakeRetry sets Config.HandshakeRetry.
-func WithHandshakeRetry(d time.Duration) Option { return func(c *Config) { c.HandshakeRetry = d } }
+// WithHandshakeRetry sets Config.HandshakeRetry: 0 means the default (one
+// minute), a negative value means always ask.
+func WithHandshakeRetry(d time.Duration) Option {
+	checkOffOrSpan("WithHandshakeRetry", d)
+	return set(func(c *Config) { c.HandshakeRetry = d })
+}
 
 // WithFixedAddress sets Config.FixedAddress.
-func WithFixedAddress(fixed bool) Option { return func(c *Config) { c.FixedAddress = fixed } }
+func WithFixedAddress(fixed bool) Option { return set(func(c *Config) { c.FixedAddress = fixed }) }
 
 // WithAllowSuccessor sets Config.AllowSuccessor.
 func WithAllowSuccessor(f func(successor string) bool) Option {
-	return func(c *Config) { c.AllowSuccessor = f }
+	return set(func(c *Config) { c.AllowSuccessor = f })
+}
+
+// minRelaxed is the shortest relaxed timeout maint takes: the relaxed
+// timeout is a floor under deadlines, and one shorter than a round trip
+// on a loopback relaxes nothing.
+const minRelaxed = 10 * time.Millisecond
+
+// minSpan is the shortest positive duration maint takes for its spans
+// (tail, cap, budget, retry, window): a shorter one is a unit mistake
+// (time.Duration(5) is 5ns).
+const minSpan = time.Millisecond
+
+// badOption panics with a message that names the option and the value.
+func badOption(name string, v any, why string) {
+	panic(fmt.Sprintf("maint: %s(%v): %s", name, v, why))
+}
+
+func checkRelaxed(name string, d time.Duration) {
+	if d > 0 && d < minRelaxed {
+		badOption(name, d, fmt.Sprintf("a floor under timeouts shorter than %v relaxes nothing; 0 means the default (10s), a negative value turns relaxation off", minRelaxed))
+	}
+}
+
+func checkSpan(name string, d time.Duration, def string) {
+	if d < 0 {
+		badOption(name, d, "must not be negative; 0 means the default ("+def+")")
+	}
+	if d > 0 && d < minSpan {
+		badOption(name, d, fmt.Sprintf("shorter than %v (a time.Duration counts nanoseconds)", minSpan))
+	}
+}
+
+func checkOffOrSpan(name string, d time.Duration) {
+	if d > 0 && d < minSpan {
+		badOption(name, d, fmt.Sprintf("shorter than %v (a time.Duration counts nanoseconds); a negative value turns it off", minSpan))
+	}
+}
+
+func checkEndpointType(name, t string) {
+	switch t {
+	case "", "internal-ip", "internal-fqdn", "external-ip", "external-fqdn", "none":
+	default:
+		badOption(name, fmt.Sprintf("%q", t), `unknown: "" (auto), "internal-ip", "internal-fqdn", "external-ip", "external-fqdn" or "none"`)
+	}
+}
+
+func checkHandshake(name string, h HandshakeMode) {
+	if h > HandshakeOff {
+		badOption(name, uint8(h), "unknown: HandshakeAuto, HandshakeRequired or HandshakeOff")
+	}
+}
+
+// check panics on a Config value maint cannot honour, naming its field:
+// what WithConfig or an Option of the application's own set.
+func (c Config) check() {
+	checkRelaxed("Config.RelaxedTimeout", c.RelaxedTimeout)
+	checkSpan("Config.RelaxedTail", c.RelaxedTail, "twice the relaxed timeout")
+	checkSpan("Config.RelaxCap", c.RelaxCap, "60s")
+	checkOffOrSpan("Config.HoldBudget", c.HoldBudget)
+	checkSpan("Config.MaxWindow", c.MaxWindow, "one hour")
+	checkEndpointType("Config.EndpointType", c.EndpointType)
+	checkHandshake("Config.Handshake", c.Handshake)
+	checkOffOrSpan("Config.HandshakeRetry", c.HandshakeRetry)
+}
+
+// configOf applies opts over the zero Config and checks the result; what
+// names the caller in the message of a nil option.
+func configOf(what string, opts []Option) Config {
+	var cfg Config
+	for i, o := range opts {
+		if o == nil {
+			panic(fmt.Sprintf("maint: %s: option %d of %d is nil", what, i+1, len(opts)))
+		}
+		o(&cfg)
+	}
+	cfg.check()
+	return cfg
 }
 
 // WithLogf sets Config.Logf.
-func WithLogf(f func(format string, args ...any)) Option { return func(c *Config) { c.Logf = f } }
+func WithLogf(f func(format string, args ...any)) Option { return set(func(c *Config) { c.Logf = f }) }
 
 // WithLogger sets Config.Logger: maint logs structured records with
 // stable keys (node, seq, kind, window, successor, count, duration, and the
 // handoff report's fields), a few at Info per handoff and none per command
 // or connection above Debug.
-func WithLogger(l *slog.Logger) Option { return func(c *Config) { c.Logger = l } }
+func WithLogger(l *slog.Logger) Option { return set(func(c *Config) { c.Logger = l }) }
 
 // WithOnEvent sets Config.OnEvent.
-func WithOnEvent(f func(Event)) Option { return func(c *Config) { c.OnEvent = f } }
+func WithOnEvent(f func(Event)) Option { return set(func(c *Config) { c.OnEvent = f }) }
 
 // AllowNetworks returns an AllowSuccessor policy that accepts successors
 // whose host is an IP inside one of the given prefixes ("10.0.0.0/8"), and
@@ -242,4 +380,12 @@ func (c Config) settings() settings {
 		s.maxWindow = time.Hour
 	}
 	return s
+}
+
+// needOptions panics, naming the call, when opt is nil: go-redis would
+// dereference it later, in a frame that names neither the call nor maint.
+func needOptions[T any](call string, opt *T) {
+	if opt == nil {
+		panic(fmt.Sprintf("maint: %s: the options are a nil %T", call, opt))
+	}
 }

@@ -233,6 +233,7 @@ func failoverDialOpts(m *Maint, tlsOn bool, protocol int) dialOpts {
 // never are. The hook is an io.Closer (its Maint's Close): close it after
 // its client, or the group keeps its Maint until the group's Close.
 func (g *Group) ConfigureFailover(opt *redis.FailoverOptions) redis.Hook {
+	needOptions("ConfigureFailover", opt)
 	m := g.failoverMaint()
 	fs := configureFailover(g, m, opt)
 	g.add(m, nil, nil)
@@ -270,6 +271,7 @@ func configureFailover(g *Group, m *Maint, opt *redis.FailoverOptions) *sentinel
 // NewFailoverClient is ConfigureFailover, redis.NewFailoverClient and
 // AddHook in one call.
 func (g *Group) NewFailoverClient(opt *redis.FailoverOptions) *redis.Client {
+	needOptions("NewFailoverClient", opt)
 	m := g.failoverMaint()
 	fs := configureFailover(g, m, opt)
 	rdb := redis.NewFailoverClient(opt)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"testing"
+	"time"
 
 	"github.com/maintkit/maint/internal/resp"
 )
@@ -26,7 +27,7 @@ func FuzzConnRead(f *testing.F) {
 	f.Add([]byte(">3\r\n$6\r\nMOVING\r\n:1\r\n:-5\r\n"))
 	f.Add([]byte("*2\r\n$1\r\na\r\n>1\r\n+MOVING\r\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		m := New(WithLogf(func(string, ...any) {}), WithRelaxCap(1))
+		m := New(WithLogf(func(string, ...any) {}), WithRelaxCap(time.Millisecond))
 		raw := &fakeConn{r: bytes.NewReader(data), remote: "127.0.0.2:6379"}
 		c := m.wrap(m.target("redis.test:6379"), raw, raw.remote)
 		_, _ = io.Copy(io.Discard, c)

@@ -93,8 +93,10 @@ type member struct {
 	gone bool
 }
 
-// NewGroup returns an empty Group whose Maints are created with opts.
+// NewGroup returns an empty Group whose Maints are created with opts. It
+// panics, naming the option, on a value maint cannot honour (see Option).
 func NewGroup(opts ...Option) *Group {
+	configOf("NewGroup", opts) // panics now, not at the first node client
 	g := &Group{
 		opts:     append([]Option(nil), opts...),
 		byCli:    make(map[*redis.Client]*member),
@@ -150,6 +152,7 @@ func (g *Group) has(cli *redis.Client) bool {
 // after its client: the group cannot see that client, and forgets the
 // Maint (its counters kept in Stats) once it is closed.
 func (g *Group) Configure(opt *redis.Options) *Maint {
+	needOptions("Configure", opt)
 	m := g.newMaint()
 	m.Configure(opt)
 	g.add(m, nil, nil)
@@ -158,6 +161,7 @@ func (g *Group) Configure(opt *redis.Options) *Maint {
 
 // NewClient is Configure, redis.NewClient and AddHook in one call.
 func (g *Group) NewClient(opt *redis.Options) *redis.Client {
+	needOptions("NewClient", opt)
 	m := g.newMaint()
 	m.Configure(opt)
 	rdb := redis.NewClient(opt)
@@ -219,6 +223,7 @@ func (nm *nodeMaker) newClient(opt *redis.Options) *redis.Client {
 // Instrument after redis.NewClusterClient. Configuring the same options
 // again is a no-op.
 func (g *Group) ConfigureCluster(opt *redis.ClusterOptions) {
+	needOptions("ConfigureCluster", opt)
 	g.configureCluster(opt)
 }
 
@@ -257,6 +262,7 @@ var nodeClientCode = reflect.ValueOf((&nodeMaker{}).newClient).Pointer()
 // NewClusterClient is ConfigureCluster and redis.NewClusterClient in one
 // call.
 func (g *Group) NewClusterClient(opt *redis.ClusterOptions) *redis.ClusterClient {
+	needOptions("NewClusterClient", opt)
 	cs := g.configureCluster(opt)
 	cc := redis.NewClusterClient(opt)
 	switch {
@@ -318,6 +324,7 @@ func ownNodes(cs *clusterState, cc *redis.ClusterClient, existing bool) {
 // added later by SetAddrs too. The Maints of shards the Ring closes are
 // closed and forgotten. Configuring the same options again is a no-op.
 func (g *Group) ConfigureRing(opt *redis.RingOptions) {
+	needOptions("ConfigureRing", opt)
 	if madeByGroup(opt.NewClient) {
 		// The options of a Ring a Group made (Ring.Options(), go-redis's
 		// copy of them): its shards are served already.
@@ -332,6 +339,7 @@ func (g *Group) ConfigureRing(opt *redis.RingOptions) {
 
 // NewRing is ConfigureRing and redis.NewRing in one call.
 func (g *Group) NewRing(opt *redis.RingOptions) *redis.Ring {
+	needOptions("NewRing", opt)
 	g.ConfigureRing(opt)
 	return redis.NewRing(opt)
 }
@@ -346,6 +354,7 @@ func (g *Group) NewRing(opt *redis.RingOptions) *redis.Ring {
 // no ConfigureUniversal: the shape's options are built here, as go-redis
 // builds them.
 func (g *Group) NewUniversalClient(opt *redis.UniversalOptions) redis.UniversalClient {
+	needOptions("NewUniversalClient", opt)
 	switch {
 	case opt.MasterName != "" && (opt.RouteByLatency || opt.RouteRandomly || opt.IsClusterMode):
 		cc := redis.NewFailoverClusterClient(opt.Failover())

@@ -54,21 +54,13 @@ type Maint struct {
 var _ redis.Hook = (*Maint)(nil)
 
 // New returns a Maint with the given options applied over the defaults.
-// New() with no options is the right choice for most applications.
+// New() with no options is the right choice for most applications. It
+// panics, naming the option, on a value maint cannot honour (see Option).
 func New(opts ...Option) *Maint {
-	var cfg Config
-	for _, o := range opts {
-		o(&cfg)
-	}
+	cfg := configOf("New", opts)
 	m := &Maint{s: cfg.settings()}
 	m.hs.init(m.s.handshakeRetry)
 	m.ctx, m.cancel = context.WithCancel(context.Background())
-	switch m.s.endpoint {
-	case "", "internal-ip", "internal-fqdn", "external-ip", "external-fqdn", "none":
-	default:
-		m.warn("unknown EndpointType, using auto", "endpoint_type", m.s.endpoint)
-		m.s.endpoint = ""
-	}
 	return m
 }
 
@@ -236,11 +228,13 @@ func swapIn[T comparable](p *atomic.Pointer[[]T], drop, add T) {
 // Add the Maint as a hook as well (rdb.AddHook(m), or use NewClient) so that
 // commands can wait for a replacement without taking a pool turn.
 func (m *Maint) Configure(opt *redis.Options) {
+	needOptions("Configure", opt)
 	configure(m, opt)
 }
 
 // NewClient is Configure, redis.NewClient and AddHook in one call.
 func (m *Maint) NewClient(opt *redis.Options) *redis.Client {
+	needOptions("NewClient", opt)
 	m.Configure(opt)
 	rdb := redis.NewClient(opt)
 	rdb.AddHook(m)

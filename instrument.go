@@ -2,6 +2,7 @@ package maint
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -45,6 +46,9 @@ func Instrument(rdb redis.UniversalClient, opts ...Option) (*Group, error) {
 // Connections dialled before Instrument are not watched until the pool
 // replaces them: Instrument says so once, with their count.
 func (g *Group) Instrument(rdb redis.UniversalClient) error {
+	if isNil(rdb) {
+		return errors.New("maint: Instrument: the client is nil")
+	}
 	switch c := rdb.(type) {
 	case *redis.Client:
 		g.instrumentClient(c)
@@ -303,4 +307,19 @@ func (g *Group) logf(format string, args ...any) {
 		o(&cfg)
 	}
 	cfg.settings().logf(format, args...)
+}
+
+// isNil reports whether rdb is nil or a nil pointer of a client kind.
+func isNil(rdb redis.UniversalClient) bool {
+	switch c := rdb.(type) {
+	case nil:
+		return true
+	case *redis.Client:
+		return c == nil
+	case *redis.ClusterClient:
+		return c == nil
+	case *redis.Ring:
+		return c == nil
+	}
+	return false
 }

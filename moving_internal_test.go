@@ -51,7 +51,7 @@ func TestBadNotificationsAreIgnored(t *testing.T) {
 }
 
 func TestAbsurdWindowIsCapped(t *testing.T) {
-	m := New(WithLogf(t.Logf), WithConfig(Config{MaxWindow: 3 * time.Second, Logf: t.Logf}))
+	m := New(WithLogf(t.Logf), WithMaxWindow(3*time.Second))
 	defer m.Close()
 	c, _ := wrapScript(t, m, resp.AppendMoving(nil, 1, 1<<40, "10.0.0.9:1", false))
 	readAll(t, c)

@@ -78,10 +78,10 @@ func TestLogfAdapter(t *testing.T) {
 	m.emit(Event{Kind: EventHandoff, Node: "127.0.0.2:6379", Seq: 7, Duration: 15 * time.Second, Successor: "127.0.0.3:6379", Detail: "identifying=true"})
 	m.emit(Event{Kind: EventRetire, Node: "127.0.0.2:6379", Count: 3})              // Debug: dropped
 	m.emit(Event{Kind: EventMalformed, Node: "127.0.0.2:6379", Detail: "100% bad"}) // Warn
-	m.warn("unknown EndpointType, using auto", "endpoint_type", "x")
+	m.warn("an example warning", "endpoint_type", "x")
 	require.Len(t, lines, 3)
 	assert.Equal(t, `maint: handoff started kind=handoff node=127.0.0.2:6379 seq=7 window=15s successor=127.0.0.3:6379 detail="identifying=true"`, lines[0])
 	assert.True(t, strings.HasPrefix(lines[1], "maint: notification ignored as malformed kind=malformed"), lines[1])
 	assert.Contains(t, lines[1], `detail="100%% bad"`)
-	assert.Equal(t, "maint: unknown EndpointType, using auto endpoint_type=x", lines[2])
+	assert.Equal(t, "maint: an example warning endpoint_type=x", lines[2])
 }
