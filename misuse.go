@@ -12,9 +12,10 @@ import (
 // said once.
 //
 // A hidden health check: go-redis asks the outermost net.Conn, through
-// SyscallConn, whether an idle connection may be reused. A DialHook added
-// after maint that wraps maint's connection in a type without SyscallConn
-// hides that question from maint, and a retired connection can then no
+// SyscallConn, whether an idle connection may be reused. In go-redis the
+// first hook added is the outermost: a DialHook added before maint's that
+// wraps maint's connection in a type without SyscallConn hides that
+// question from maint, and a retired connection can then no
 // longer be refused to the pool. maint notices when connections are reused
 // again and again (replies read, commands written after them) without one
 // health check ever reaching it, and says so once.
@@ -69,7 +70,7 @@ func (m *Maint) noteUnchecked(c *conn) {
 		return // the handshake, or a subscriber: never health-checked
 	}
 	if m.mis.uncheckedWrites.Add(1) == uncheckedReuses && !m.mis.checked() {
-		m.misuse("no pool health check reaches maint's connections (a DialHook added after maint wraps its net.Conn without SyscallConn?): connections retired by a handoff cannot be refused to the pool, and the server may close them under commands; add maint's hook last, or forward SyscallConn")
+		m.misuse("no pool health check reaches maint's connections (a DialHook added before maint's wraps its net.Conn without SyscallConn? in go-redis the first hook added is the outermost): connections retired by a handoff cannot be refused to the pool, and the server may close them under commands; add maint's hook first (AddHook before the others, or m.NewClient), or have that hook's net.Conn forward SyscallConn")
 	}
 }
 

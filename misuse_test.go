@@ -80,8 +80,28 @@ func TestHiddenHealthCheckIsSaidOnce(t *testing.T) {
 		require.NoError(t, rdb.Ping(context.Background()).Err())
 	}
 	assert.Equal(t, 1, logs.count("SyscallConn"), "said once")
+	e1, ok := ev.first(maint.EventMisuse)
+	require.True(t, ok)
+	assert.Contains(t, e1.Detail, "add maint's hook first", "the advice")
+}
+
+// Following the advice, maint's hook added first and the hiding hook
+// after it, hides nothing: go-redis's first hook is the outermost, so its
+// health check reaches maint's connection, and nothing is said.
+func TestHookOrderAdviceHolds(t *testing.T) {
+	e := newEnv(t)
+	ev := &eventLog{}
+	m := maint.New(maint.WithOnEvent(ev.add), maint.WithLogf(t.Logf))
+	defer m.Close()
+	rdb := redis.NewClient(e.options(2))
+	defer rdb.Close()
+	rdb.AddHook(m)
+	rdb.AddHook(hider{}) // inner: it wraps the dialled net.Conn, maint wraps it
+	for i := 0; i < 1500; i++ {
+		require.NoError(t, rdb.Ping(context.Background()).Err())
+	}
 	_, ok := ev.first(maint.EventMisuse)
-	assert.True(t, ok)
+	assert.False(t, ok, "maint's hook first hid its health check")
 }
 
 // The same client without the hiding hook says nothing.
