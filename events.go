@@ -240,6 +240,11 @@ type Stats struct {
 	// opt-in while no connection of the Maint had one: maint is installed
 	// but told nothing (said once at Warn; see handshake.go).
 	NoOptIn uint64
+	// Misplaced counts the commands that ran through the Maint's hook on
+	// a *redis.ClusterClient or *redis.Ring, which dial no connection of
+	// their own: maint protects nothing there (said once at Warn, naming
+	// the routes that do; see placement.go).
+	Misplaced uint64
 }
 
 // add adds o to s.
@@ -271,6 +276,7 @@ func (s *Stats) add(o Stats) {
 	s.ReleasesMarked += o.ReleasesMarked
 	s.ReleasesUnmarked += o.ReleasesUnmarked
 	s.NoOptIn += o.NoOptIn
+	s.Misplaced += o.Misplaced
 }
 
 type counters struct {
@@ -278,7 +284,7 @@ type counters struct {
 	notifications, malformed, replayed, oversize, refusedSuccessors, handoffs, retired, closedAtCap, busyAtCap, owedAtCap,
 	doomed, held, heldTimeouts, relaxations, unsupported,
 	probes, sparesTaken, sparesUnused, rearms,
-	releasesAsked, releasesMarked, releasesUnmarked, noOptIn atomic.Uint64
+	releasesAsked, releasesMarked, releasesUnmarked, noOptIn, misplaced atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
@@ -311,6 +317,7 @@ func (c *counters) snapshot() Stats {
 		ReleasesMarked:    c.releasesMarked.Load(),
 		ReleasesUnmarked:  c.releasesUnmarked.Load(),
 		NoOptIn:           c.noOptIn.Load(),
+		Misplaced:         c.misplaced.Load(),
 	}
 }
 

@@ -126,3 +126,7 @@ var ClosedAsk = closedAsk
 // FromReload is fromReload, for the contract test that pins where
 // go-redis sends its reload's slot-map load from.
 var FromReload = fromReload
+
+// CallerClient is callerClient: the client kind whose hooks run the
+// calling ProcessHook (placement.go).
+func CallerClient() string { return callerClient() }

@@ -48,6 +48,7 @@ type Maint struct {
 	mis       misuseWatch    // misuse detection, options claimed (misuse.go)
 	deferred  deferredCloses // failover closes waiting for owed replies (failover_close.go)
 	emptied   emptiedNode    // a cluster node client's node left with no slot (cluster.go)
+	place     placement      // where the hook was added: a client that dials or not (placement.go)
 	rel       releases       // asking go-redis to let a connection go (release.go)
 }
 
@@ -77,6 +78,9 @@ func (m *Maint) DialHook(next redis.DialHook) redis.DialHook {
 func (m *Maint) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	m.hooked.Store(true)
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		if st := m.place.state.Load(); st != placeOK { // one load once the place is known
+			m.notePlace(st)
+		}
 		if cs := m.s.cluster; cs != nil {
 			if lc, ok := asLoad(cmd); ok && !isOwnRead(ctx) && fromReload(ctx) {
 				// Before any hold: a map served needs no connection.
