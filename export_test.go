@@ -130,3 +130,7 @@ var FromReload = fromReload
 // CallerClient is callerClient: the client kind whose hooks run the
 // calling ProcessHook (placement.go).
 func CallerClient() string { return callerClient() }
+
+// ForgetUnsupportedSaid forgets which endpoints' refusal of the opt-in
+// was logged at Warn, for a test that counts that line.
+func ForgetUnsupportedSaid() { unsupportedSaid.forget() }

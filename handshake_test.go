@@ -3,6 +3,7 @@ package maint_test
 import (
 	"bufio"
 	"context"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ import (
 // The Configure route remembers that an endpoint does not support the
 // handshake: one round trip and one log line in all, not one per connection.
 func TestUnsupportedHandshakeIsRememberedPerEndpoint(t *testing.T) {
+	maint.ForgetUnsupportedSaid() // the Warn is once per endpoint for the process's life
 	emu, err := mainttest.New(mainttest.Config{Unsupported: true})
 	require.NoError(t, err)
 	defer emu.Close()
@@ -175,6 +177,7 @@ func (h *errorCounter) ReportResult(err error) {
 // reaches the application: not its hooks, not its Limiter, not its error
 // counts; one log line, one refusal remembered.
 func TestHandshakeRefusalNeverReachesTheApplication(t *testing.T) {
+	maint.ForgetUnsupportedSaid() // the Warn is once per endpoint for the process's life
 	e := newEnv(t)
 	e.old.SetUnsupported(true)
 	logs := &logLines{}
@@ -282,6 +285,7 @@ func TestColdBurstOneHandshake(t *testing.T) {
 		e := newEnv(t)
 		e.old.SetUnsupported(true)
 		logs := &logLines{}
+		maint.ForgetUnsupportedSaid() // the Warn is once per endpoint for the process's life
 		g := maint.NewGroup(maint.WithLogf(logs.logf))
 		app := &errorCounter{}
 		opt := e.options(64)
@@ -601,4 +605,48 @@ func TestHandshakeRequiredRefusalReachesTheLimiterOnce(t *testing.T) {
 	t.Logf("go-redis %s: Limiter %d Allow, %d failures for %d refused connections", redis.Version(), lim.allowed.Load(), lim.failed.Load(), n)
 	assert.EqualValues(t, n, lim.failed.Load(), "one failure per refused connection")
 	assert.EqualValues(t, n, e.old.Stats().Opened, "one connection per command")
+}
+
+// An endpoint that refuses the opt-in for lack of support (OSS Redis,
+// Valkey) is said at Warn once for the process's life, whichever Maint or
+// client meets it, and at Debug after that; each refusal is still counted.
+// Another endpoint is said once too.
+func TestUnsupportedIsSaidAtWarnOncePerEndpoint(t *testing.T) {
+	maint.ForgetUnsupportedSaid()
+	e := newEnv(t)
+	e.old.SetUnsupported(true)
+	e.new.SetUnsupported(true)
+	logs := &records{level: slog.LevelDebug}
+	log := slog.New(logs)
+	ctx := context.Background()
+	refusals := uint64(0)
+	meet := func(addr string) {
+		m := maint.New(maint.WithLogger(log)) // a Maint of its own: it asks the endpoint again
+		opt := e.options(2)
+		opt.Addr = addr
+		rdb := m.NewClient(opt)
+		require.NoError(t, rdb.Ping(ctx).Err())
+		require.NoError(t, rdb.Close())
+		refusals += m.Stats().Unsupported
+		require.NoError(t, m.Close())
+	}
+	for range 5 {
+		meet(e.old.Addr())
+	}
+	const msg = "maint: endpoint does not support maintenance notifications"
+	levels := func() map[slog.Level]int {
+		logs.mu.Lock()
+		defer logs.mu.Unlock()
+		out := map[slog.Level]int{}
+		for _, r := range logs.recs {
+			if r.Message == msg {
+				out[r.Level]++
+			}
+		}
+		return out
+	}
+	assert.EqualValues(t, 5, refusals, "every Maint's refusal counted")
+	assert.Equal(t, map[slog.Level]int{slog.LevelWarn: 1, slog.LevelDebug: 4}, levels(), "once at Warn, then at Debug")
+	meet(e.new.Addr())
+	assert.Equal(t, map[slog.Level]int{slog.LevelWarn: 2, slog.LevelDebug: 4}, levels(), "another endpoint said once at Warn")
 }

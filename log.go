@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"strings"
 	"time"
 )
@@ -166,6 +167,9 @@ func levelOf(k EventKind) slog.Level {
 func (m *Maint) logEvent(e Event) {
 	l := m.s.log
 	lvl := levelOf(e.Kind)
+	if e.Kind == EventUnsupported && !unsupportedSaid.first(e.Node) {
+		lvl = slog.LevelDebug // said at Warn once for the process's life
+	}
 	ctx := context.Background()
 	if !l.Enabled(ctx, lvl) {
 		return
@@ -218,3 +222,43 @@ func (m *Maint) warn(msg string, args ...any) { m.s.log.Warn("maint: "+msg, args
 // logf logs a printf-formatted line at Warn, unstructured: kept for call
 // sites not converted to structured records yet.
 func (m *Maint) logf(format string, args ...any) { m.s.logf(format, args...) }
+
+// unsupportedSaid is the endpoints whose refusal of the opt-in (an OSS
+// Redis, a Valkey, a proxy without support) was logged at Warn: once per
+// endpoint for the process's life, whichever Maint or client met it, and
+// at Debug after that (each refusal is still an event and counted in
+// Stats.Unsupported). Before, a Warn came once per endpoint per
+// HandshakeRetry for as long as connections churned.
+var unsupportedSaid = saidSet{max: 4096}
+
+// saidSet remembers up to max keys; once full, every key is new again (a
+// process that meets more endpoints than that is told at Warn, never
+// silently).
+type saidSet struct {
+	mu   sync.Mutex
+	keys map[string]struct{}
+	max  int
+}
+
+// first reports whether key is new, and remembers it.
+func (s *saidSet) first(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.keys[key]; ok {
+		return false
+	}
+	if s.keys == nil {
+		s.keys = make(map[string]struct{})
+	}
+	if len(s.keys) < s.max {
+		s.keys[key] = struct{}{}
+	}
+	return true
+}
+
+// forget empties the set (tests).
+func (s *saidSet) forget() {
+	s.mu.Lock()
+	s.keys = nil
+	s.mu.Unlock()
+}
