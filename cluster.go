@@ -47,6 +47,9 @@ type clusterState struct {
 	// seedsOptIn: Config.OptIn accepted a seed address, so every node
 	// client opts in (optin.go). Set before the first node client.
 	seedsOptIn bool
+	// noOptInSaid: the cluster's node Maints say "no opt-in" once for
+	// the client, not once per node (handshake.go noteCarrying).
+	noOptInSaid sync.Once
 
 	mu sync.Mutex // guards the following
 	// reloads are the ReloadState of the ClusterClients bound (a Group may

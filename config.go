@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"sync"
 	"time"
 )
 
@@ -336,6 +337,10 @@ type settings struct {
 	// failedOver, set on a failover client's Maint, runs at FAILED_OVER
 	// (failover_switch.go).
 	failedOver func(c *conn, seq int64)
+	// noOptInSaid, set on the Maints of one client's node clients (a
+	// cluster's, a ring's), says "no opt-in" once for the client, not once
+	// per node; nil: once per Maint (handshake.go noteCarrying).
+	noOptInSaid *sync.Once
 }
 
 func (c Config) settings() settings {

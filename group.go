@@ -177,7 +177,10 @@ func (g *Group) nodeClient(prev func(*redis.Options) *redis.Client, cs *clusterS
 	if prev == nil {
 		prev = redis.NewClient
 	}
-	nm := &nodeMaker{g: g, prev: prev, cs: cs, ring: ring}
+	nm := &nodeMaker{g: g, prev: prev, cs: cs, ring: ring, noOptInSaid: new(sync.Once)}
+	if cs != nil {
+		nm.noOptInSaid = &cs.noOptInSaid
+	}
 	return nm.newClient
 }
 
@@ -187,6 +190,8 @@ type nodeMaker struct {
 	prev func(*redis.Options) *redis.Client
 	cs   *clusterState
 	ring bool
+	// noOptInSaid: "no opt-in" is said once for the client, not per node.
+	noOptInSaid *sync.Once
 }
 
 // newClient creates one node client, with its own Maint.
@@ -194,6 +199,7 @@ func (nm *nodeMaker) newClient(opt *redis.Options) *redis.Client {
 	g, cs := nm.g, nm.cs
 	m := g.newMaint()
 	m.s.cluster = cs
+	m.s.noOptInSaid = nm.noOptInSaid
 	if cs != nil && cs.seedsOptIn {
 		m.s.optIn = nil // optin.go
 	}

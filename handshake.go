@@ -433,7 +433,11 @@ func (c *conn) noteCarrying() {
 		return
 	}
 	c.m.c.noOptIn.Add(1)
-	c.m.hs.noOptIn.Do(func() {
+	once := &c.m.hs.noOptIn
+	if c.m.s.noOptInSaid != nil {
+		once = c.m.s.noOptInSaid
+	}
+	once.Do(func() {
 		c.m.warn("connections open without the maintenance opt-in (CLIENT MAINT_NOTIFICATIONS): "+
 			"the server tells maint of no maintenance, and maint does nothing for this client. "+
 			"The opt-in needs RESP3 (Protocol 3) and either maint's dial path (Configure, NewClient, a Group, Instrument) "+

@@ -221,6 +221,9 @@ func (g *Group) installNode(node *redis.Client, cs *clusterState, ring bool) (in
 	}
 	m := g.newMaint()
 	m.s.cluster = cs
+	if cs != nil {
+		m.s.noOptInSaid = &cs.noOptInSaid
+	}
 	n := conns(node)
 	node.AddHook(m)
 	if cs != nil {

@@ -159,3 +159,58 @@ func TestNoOptInIsSaid(t *testing.T) {
 		})
 	}
 }
+
+// A RESP2 client of many nodes (a cluster, a ring) is said to be without
+// the opt-in once, not once per node client: by the Group's options route
+// and, for a cluster, by Instrument.
+func TestNoOptInIsSaidOncePerClient(t *testing.T) {
+	emu, err := mainttest.New(mainttest.Config{Logf: t.Logf})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = emu.Close() })
+	cl, err := emu.NewCluster(mainttest.ClusterConfig{})
+	require.NoError(t, err)
+	a, err := emu.AddEndpoint("127.0.0.2:0")
+	require.NoError(t, err)
+	b, err := emu.AddEndpoint("127.0.0.3:0")
+	require.NoError(t, err)
+	copt := func() *redis.ClusterOptions {
+		return &redis.ClusterOptions{Addrs: cl.Addrs(), Dialer: emu.Dialer(), Protocol: 2}
+	}
+	for _, tc := range []struct {
+		name string
+		make func(g *maint.Group) redis.UniversalClient
+	}{
+		{"Group.NewClusterClient", func(g *maint.Group) redis.UniversalClient { return g.NewClusterClient(copt()) }},
+		{"Group.Instrument(ClusterClient)", func(g *maint.Group) redis.UniversalClient {
+			cc := redis.NewClusterClient(copt())
+			require.NoError(t, g.Instrument(cc))
+			return cc
+		}},
+		{"Group.NewUniversalClient (cluster)", func(g *maint.Group) redis.UniversalClient {
+			return g.NewUniversalClient(&redis.UniversalOptions{Addrs: cl.Addrs(), Dialer: emu.Dialer(), Protocol: 2})
+		}},
+		{"Group.NewRing", func(g *maint.Group) redis.UniversalClient {
+			return g.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr(), "b": b.Addr()}, Dialer: emu.Dialer(), Protocol: 2})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logs := &records{level: slog.LevelWarn}
+			g := maint.NewGroup(maint.WithLogger(slog.New(logs)))
+			defer g.Close()
+			rdb := tc.make(g)
+			defer rdb.Close()
+			for i := range 40 { // keys on every node
+				require.NoError(t, rdb.Set(context.Background(), fmt.Sprint("k", i), "v", 0).Err())
+			}
+			require.Greater(t, len(g.Maints()), 1, "a client of several node clients")
+			n := 0
+			for msg, k := range logs.byMessage() {
+				if strings.Contains(msg, "without the maintenance opt-in") {
+					n += k
+				}
+			}
+			assert.Equal(t, 1, n, "said once for the client: %v", logs.byMessage())
+			assert.NotZero(t, g.Stats().NoOptIn)
+		})
+	}
+}
