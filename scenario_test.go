@@ -407,7 +407,7 @@ func TestInstrumentRing(t *testing.T) {
 	assert.EqualValues(t, 1, g.Stats().Handoffs)
 
 	_, err = maint.Instrument(nil)
-	assert.ErrorContains(t, err, "maint: <nil> not supported")
+	assert.EqualError(t, err, "maint: Instrument: the client is nil")
 }
 
 // Servers replay the latest completion to every newly opted-in connection, a
