@@ -8,7 +8,9 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -291,8 +293,10 @@ var (
 		"conn_drop":                  {"bind"},
 		"dns_resolution_change":      {"bind"},
 	}
+	// A slot effect's failover trigger is not emulated: listing it would
+	// run a plain migration for a scenario that asked for a failover.
 	slotEffects = map[string][]string{
-		"slot-shuffle": {"migrate", "failover"},
+		"slot-shuffle": {"migrate"},
 		"remove":       {"migrate"},
 		"add":          {"migrate"},
 		"remove-add":   {"migrate"},
@@ -480,18 +484,37 @@ func (fi *FaultInjector) plan(typ string, params map[string]any, depth int) ([]s
 	effect, _ := params["effect"].(string)
 	switch typ {
 	case "topology_change_standalone":
-		if _, ok := standaloneEffects[effect]; !ok {
-			return nil, fmt.Errorf("unknown standalone effect %q", effect)
+		if err := offered(standaloneEffects, "standalone", effect, params["trigger"]); err != nil {
+			return nil, err
 		}
 	case "slot_migrate":
-		if _, ok := slotEffects[effect]; !ok {
-			return nil, fmt.Errorf("unknown slot_migrate effect %q", effect)
+		if err := offered(slotEffects, "slot_migrate", effect, params["trigger"]); err != nil {
+			return nil, err
 		}
 	}
 	if (typ == "slot_migrate") != (db.Cluster != nil) {
 		return nil, fmt.Errorf("%s does not apply to database %d", typ, db.BdbID)
 	}
 	return []step{{typ: typ, params: params, db: db}}, nil
+}
+
+// offered checks that effect is one of effects and trigger (if given) one
+// of the triggers GET lists for it: what GET lists is exactly what POST
+// accepts, so an action never runs as something its name does not say.
+func offered(effects map[string][]string, what, effect string, trigger any) error {
+	triggers, ok := effects[effect]
+	if !ok {
+		return fmt.Errorf("unknown %s effect %q", what, effect)
+	}
+	if trigger == nil {
+		return nil
+	}
+	t, _ := trigger.(string)
+	if !slices.Contains(triggers, t) {
+		return fmt.Errorf("trigger %v is not offered for %s effect %q by the emulated fault injector (offered: %s)",
+			trigger, what, effect, strings.Join(triggers, ", "))
+	}
+	return nil
 }
 
 // planClusterConfig checks an update_cluster_config: the one setting the

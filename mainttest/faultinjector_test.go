@@ -3,6 +3,7 @@ package mainttest
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -363,6 +364,51 @@ func TestFaultInjectorUpdateClusterConfig(t *testing.T) {
 	} {
 		if code, _ := f.call("POST", "/action", body); code != http.StatusUnprocessableEntity {
 			t.Errorf("POST /action %s: %d, want 422", body, code)
+		}
+	}
+}
+
+// TestFaultInjectorTriggersAreHonest: for every effect, POST accepts
+// exactly the triggers GET lists; a trigger GET does not list (a slot
+// effect's failover, which is not emulated) is refused with 422 rather
+// than run as another action.
+func TestFaultInjectorTriggersAreHonest(t *testing.T) {
+	f := newFIEnv(t)
+	for _, tc := range []struct {
+		path, typ string
+		bdb       int
+		effects   []string
+	}{
+		{"/slot-migrate", "slot_migrate", 8, []string{"slot-shuffle", "remove", "add", "remove-add"}},
+		{"/topology-change-standalone", "topology_change_standalone", 7, []string{"data_movement_conn_drop", "conn_drop"}},
+	} {
+		for _, effect := range tc.effects {
+			code, m := f.call("GET", tc.path+"?effect="+effect, "")
+			list, _ := m["triggers"].([]any)
+			if code != 200 || len(list) == 0 {
+				t.Fatalf("GET %s %s: %d %v", tc.path, effect, code, m)
+			}
+			listed := map[string]bool{}
+			for _, x := range list {
+				listed[x.(map[string]any)["name"].(string)] = true
+			}
+			for _, trig := range []string{"migrate", "bind", "failover", "maintenance_mode"} {
+				body := fmt.Sprintf(`{"type":%q,"parameters":{"bdb_id":%d,"cluster_index":0,"effect":%q,"trigger":%q}}`, tc.typ, tc.bdb, effect, trig)
+				code, m := f.call("POST", "/action", body)
+				if listed[trig] {
+					if code != 200 {
+						t.Errorf("%s %s: GET lists %s, POST refused it: %d %v", tc.typ, effect, trig, code, m)
+						continue
+					}
+					if st := f.wait(m["action_id"].(string)); st["status"] != "success" {
+						t.Errorf("%s %s %s: %v", tc.typ, effect, trig, st)
+					}
+					continue
+				}
+				if _, ok := m["detail"].(string); code != http.StatusUnprocessableEntity || !ok {
+					t.Errorf("%s %s: GET does not list %s, POST answered %d %v, want 422", tc.typ, effect, trig, code, m)
+				}
+			}
 		}
 	}
 }
