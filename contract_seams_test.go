@@ -2,8 +2,8 @@ package maint_test
 
 // Contract tests of the seams go-redis v9.23 does not open to a hook added
 // to a client already built: why maint frames every reply and counts every
-// command it writes (docs/design.md, "Never a command twice"; README, "Cost
-// when nothing is happening"). If one of these fails after an upgrade of
+// command it writes (docs/design.md, "Never a command twice";
+// docs/performance.md, "Never a command twice, and what it costs"). If one of these fails after an upgrade of
 // go-redis, a cheaper design may have become possible: revisit issue 19.
 //
 // The third seam missing, per-connection pool events, cannot be pinned by a

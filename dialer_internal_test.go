@@ -136,7 +136,7 @@ func TestDialJudgedAgainstEveryRetiringNode(t *testing.T) {
 }
 
 // A connection's state is most of what maint keeps per connection (the
-// README's memory table): it stays within the allocator's 640-byte size
+// memory table of docs/performance.md): it stays within the allocator's 640-byte size
 // class, with no closure of its own but the health check's peek. The
 // buffers of a push held back or stripped, and the window the health check
 // peeks when bytes wait, are allocated only when one is needed.

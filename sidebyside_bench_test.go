@@ -50,7 +50,7 @@ import (
 // alike, pass through sbsShim, which answers it locally.
 //
 // .ci/run runs it once (-benchtime 1x: one round per workload) to prove it
-// works; the README's numbers come from many rounds (see the README).
+// works; docs/performance.md's numbers come from many rounds (it has the commands).
 func BenchmarkSideBySide(b *testing.B) {
 	var table []sbsResult
 	var mem []sbsMemory
@@ -543,7 +543,7 @@ func liveHeap() int64 {
 }
 
 // printSideBySide prints the table of the rows and the memory measured, as
-// the README shows it.
+// docs/performance.md shows it.
 func printSideBySide(rows []sbsResult, mem []sbsMemory) {
 	var sb strings.Builder
 	if len(rows) > 0 {
@@ -603,7 +603,7 @@ func allocs(v float64) string {
 // it ran, and BenchmarkSideBySide's interleaved rounds run the three clients
 // in one process. The difference of two runs' counts (say 5 and 25 blocks)
 // divided by the commands of the extra blocks is one client's cost per
-// command, setup and warm-up cancelled out; the README has the loop.
+// command, setup and warm-up cancelled out; docs/performance.md has the loop.
 func BenchmarkSideBySideAlone(b *testing.B) {
 	for _, srv := range sbsServers(b) {
 		for _, w := range sbsWorkloads {

@@ -2,6 +2,10 @@
 // application, with and without maint, on one machine and with no server
 // installed.
 //
+// What it measured (each scenario's output, the guarantees side by side,
+// the chaos soak's table), with the date and go-redis release of each run,
+// is in README.md in this directory.
+//
 // It starts the in-process emulator of package mainttest (two nodes,
 // 127.0.0.2 and 127.0.0.3 on the same port, in front of an embedded
 // miniredis, with the host name "redis.test" in the emulator's DNS), runs

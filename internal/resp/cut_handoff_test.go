@@ -19,7 +19,7 @@ import (
 // its CR, between CR and LF): it must be the state the byte-wise readers
 // reach from the frame's start, or what follows is misframed. What they
 // save is measured, not asserted (BenchmarkWrittenFeed/set1MB, the
-// README's instruction table); what they report is checked against the
+// instruction table of docs/performance.md); what they report is checked against the
 // references by TestWrittenSplitAnywhere and FuzzStripper.
 
 func TestWrittenTakesOverACommandCutInItsPayload(t *testing.T) {
