@@ -214,3 +214,44 @@ func TestNoOptInIsSaidOncePerClient(t *testing.T) {
 		})
 	}
 }
+
+// A RESP2 failover client (Sentinel, the Discovery Service) is said to be
+// without the opt-in once, by the Group's route and with AddHook alike.
+func TestNoOptInIsSaidOnFailoverClient(t *testing.T) {
+	for _, route := range []string{"Group.NewFailoverClient", "AddHook"} {
+		t.Run(route, func(t *testing.T) {
+			e := newEnv(t)
+			ds := e.newDiscovery()
+			opt := dsOptions(ds, -1)
+			opt.Protocol = 2
+			logs := &records{level: slog.LevelWarn}
+			log := maint.WithLogger(slog.New(logs))
+			var rdb *redis.Client
+			var stats func() maint.Stats
+			if route == "AddHook" {
+				m := maint.New(log)
+				defer m.Close()
+				rdb = redis.NewFailoverClient(opt)
+				rdb.AddHook(m)
+				stats = m.Stats
+			} else {
+				g := maint.NewGroup(log)
+				defer g.Close()
+				rdb = g.NewFailoverClient(opt)
+				stats = g.Stats
+			}
+			defer rdb.Close()
+			for i := range 20 {
+				require.NoError(t, rdb.Set(context.Background(), fmt.Sprint("k", i), "v", 0).Err())
+			}
+			n := 0
+			for msg, k := range logs.byMessage() {
+				if strings.Contains(msg, "without the maintenance opt-in") {
+					n += k
+				}
+			}
+			assert.Equal(t, 1, n, "said once: %v", logs.byMessage())
+			assert.NotZero(t, stats().NoOptIn)
+		})
+	}
+}
