@@ -190,6 +190,25 @@ type shardConn struct {
 	own int
 	// following: a follow is under way for the connection.
 	following atomic.Bool
+	// droppedAt is when maint learnt that the node dropped the
+	// connection's subscriptions (a slot leaves a node with its
+	// subscribers): it pushed sunsubscribe, or a map read from the cluster
+	// gave one of its slots to another node; 0 before. The connection then
+	// delivers nothing more for that slot, even once the slot is back on
+	// its node: it must be resubscribed wherever the slot is, by a map
+	// read after that.
+	droppedAt atomic.Int64
+}
+
+// dropped records that the connection's subscriptions were dropped, as
+// maint learnt at (a monotonic time).
+func (rec *shardConn) dropped(at mono) {
+	for {
+		cur := rec.droppedAt.Load()
+		if cur >= at || rec.droppedAt.CompareAndSwap(cur, at) {
+			return
+		}
+	}
 }
 
 // Commands shardCommand recognises.
@@ -323,6 +342,7 @@ func (c *conn) onSunsubscribe() {
 		return
 	}
 	cs.subs.unasked.Add(1)
+	rec.dropped(monoNow())
 	c.m.followShards(cs, []*conn{c}, nil, nil, "sunsubscribe pushed by the server")
 }
 
@@ -394,6 +414,8 @@ type ownerClient struct {
 	nodes  []*redis.Client // its node clients: where the cluster is asked
 	read   *slotMap        // the last map read from the cluster; nil before
 	readAt time.Time
+	// readMono is when that read was asked for (monotonic).
+	readMono mono
 }
 
 // follow moves each connection, bounded by shardFollowFor, once the
@@ -433,8 +455,9 @@ func (cs *clusterState) follow(m *Maint, conns []*conn, only func(int) bool, src
 		now := time.Now()
 		for _, o := range owners {
 			if o.read == nil || now.Sub(o.readAt) >= shardReloadEvery {
+				asked := monoNow()
 				if sm := cs.confirmRead(ctx, o.nodes); sm != nil {
-					o.read, o.readAt = sm, now
+					o.read, o.readAt, o.readMono = sm, now, asked
 				}
 				o.owners.reload()
 			}
@@ -570,6 +593,7 @@ func (cs *clusterState) closeMoved(ctx context.Context, m *Maint, fs []*shardFol
 		if c.state.Load() == stateClosed {
 			continue
 		}
+		rec := c.shard.Load()
 		slots, complete := c.shardSlots()
 		if len(slots) > 1 || !complete {
 			// go-redis would resubscribe them all in one SSUBSCRIBE, which
@@ -597,9 +621,21 @@ func (cs *clusterState) closeMoved(ctx context.Context, m *Maint, fs []*shardFol
 			}
 			cs.refute(m, ss.slot, read, owner)
 			if n, ok := read.node(f.node); ok && n.Addr == owner {
-				continue // the cluster has it on the connection's node
+				// The cluster has it on the connection's node: nothing to
+				// do, unless the node dropped its subscriptions when the
+				// slot left and the map was read after that (the slot came
+				// back): go-redis resubscribes them here, once its map says
+				// so too.
+				if at := rec.droppedAt.Load(); at != 0 && f.own.readMono > at {
+					if addr, err := f.own.owners.masterOf(ctx, ss.channel); err == nil && addr == f.node {
+						moved, to, sl = true, addr, ss.slot
+						break
+					}
+				}
+				continue
 			}
 			home = false
+			rec.dropped(f.own.readMono) // the node gave the slot away, with its subscribers
 			addr, err := f.own.owners.masterOf(ctx, ss.channel)
 			if err != nil || addr == "" || addr == f.node {
 				continue // go-redis's map is behind: reloads are asked for
@@ -611,7 +647,7 @@ func (cs *clusterState) closeMoved(ctx context.Context, m *Maint, fs []*shardFol
 			break
 		}
 		if !moved {
-			if !home || f.claimed {
+			if !home || f.claimed || rec.droppedAt.Load() != 0 {
 				keep = append(keep, f)
 			}
 			continue

@@ -17,6 +17,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -270,6 +271,75 @@ func TestShardedLateSMigratedMovesNothing(t *testing.T) {
 			assert.Zero(t, followed, "a subscriber was moved on a move the cluster never made")
 			assert.Equal(t, uint64(1), st.SMigrated, "the SMIGRATED was not acted on: the test proves nothing")
 			assert.NotZero(t, st.ConfirmReads, "maint never asked the cluster")
+		})
+	}
+}
+
+// TestShardedFollowWhenTheSlotComesBack: a slot leaves a subscriber's node
+// and comes back before go-redis's slot map showed it elsewhere (here
+// go-redis's map stays stale meanwhile): the node dropped the slot's
+// subscribers when it gave it away, so the subscriber moves, once, back to
+// the node it is on, whether the node said so with sunsubscribe or maint
+// read the cluster's map while the slot was away. (Found by
+// TestShardedFollowProperty, seeds 9 and 25: the subscriber stayed silent
+// for good.)
+func TestShardedFollowWhenTheSlotComesBack(t *testing.T) {
+	for _, push := range []bool{true, false} {
+		t.Run(fmt.Sprintf("push=%v", push), func(t *testing.T) {
+			ctx := context.Background()
+			emu, err := mainttest.New(mainttest.Config{Logf: t.Logf})
+			require.NoError(t, err)
+			defer emu.Close()
+			// Distinct ports: with ClusterSlots go-redis names loopback nodes ":port".
+			cl, err := emu.NewCluster(mainttest.ClusterConfig{Addrs: []string{"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"}})
+			require.NoError(t, err)
+			cl.SetShardUnsubscribePush(push)
+			a, b := cl.Nodes()[0], cl.Nodes()[1]
+			var tag string
+			for i := 0; ; i++ {
+				if tag = "back" + strconv.Itoa(i); cl.OwnerOf(tag) == a {
+					break
+				}
+			}
+			x := "{" + tag + "}:x"
+			slot := strconv.Itoa(mainttest.KeySlot(x))
+			admin := redis.NewClient(&redis.Options{Addr: cl.Nodes()[2].Addr(), Protocol: 2})
+			defer admin.Close()
+			before, err := admin.ClusterSlots(ctx).Result()
+			require.NoError(t, err)
+			var stale atomic.Bool
+			g := maint.NewGroup(maint.WithLogf(t.Logf))
+			defer g.Close()
+			opt := &redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 3, ClusterSlots: func(ctx context.Context) ([]redis.ClusterSlot, error) {
+				if stale.Load() {
+					return before, nil
+				}
+				return admin.ClusterSlots(ctx).Result()
+			}}
+			cc := g.NewClusterClient(opt)
+			defer cc.Close()
+			pub := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 3})
+			defer pub.Close()
+			ps := cc.SSubscribe(ctx, x)
+			defer ps.Close()
+			msgs := ps.Channel()
+			require.True(t, spublishUntilSeen(ctx, pub, msgs, x, 5*time.Second))
+
+			// go-redis's map gives the slot to a throughout.
+			stale.Store(true)
+			require.NoError(t, cl.SetOwner(slot, b))
+			if !push {
+				a.SMigrated(mainttest.SlotMove{Src: a.Addr(), Dst: b.Addr(), Slots: slot})
+				// maint read the cluster's map while the slot was at b.
+				waitFor(t, "maint's read of the cluster's map", 5*time.Second, func() bool {
+					return maint.ClusterStatsOf(g, opt).ConfirmReads > 0
+				})
+			}
+			require.NoError(t, cl.SetOwner(slot, a))
+			assert.True(t, spublishUntilSeen(ctx, pub, msgs, x, 3*time.Second),
+				"the subscriber stayed on %s, which dropped it when the slot left, and never resubscribed", a.Addr())
+			followed, _, _, _ := maint.ShardStats(g, opt)
+			assert.Equal(t, uint64(1), followed)
 		})
 	}
 }
