@@ -359,7 +359,13 @@ func runShardedProperty(t *testing.T, seed uint64) []string {
 	n := 3 + r.rng.IntN(4)
 	pairs := 0
 	for i := 0; i < n; i++ {
-		kind := r.pickKind(i, i == n-1 && pairs == 0)
+		livePairs := 0
+		for _, sub := range r.subs {
+			if !sub.closed {
+				livePairs += sub.moves
+			}
+		}
+		kind := r.pickKind(i, i == n-1, i == n-1 && livePairs == 0)
 		p := r.plan(kind)
 		settle := r.rng.IntN(2) == 0
 		// A node that dropped a subscriber silently, given its slot back
@@ -522,17 +528,34 @@ func (r *propRun) settle(what string) {
 	r.t.Helper()
 	after := int(r.round.Load())
 	live := r.liveChannels()
-	waitFor(r.t, "every channel to deliver again "+what, propSettle, func() bool {
+	silent := func() []string {
 		r.mu.Lock()
 		defer r.mu.Unlock()
+		var out []string
 		for _, ch := range live {
-			seqs := r.got[ch]
-			if len(seqs) == 0 || seqs[len(seqs)-1] <= after {
-				return false
+			if seqs := r.got[ch]; len(seqs) == 0 || seqs[len(seqs)-1] <= after {
+				out = append(out, ch)
 			}
 		}
-		return true
-	})
+		return out
+	}
+	for end := time.Now().Add(propSettle); ; time.Sleep(5 * time.Millisecond) {
+		left := silent()
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(end) {
+			var desc []string
+			for _, ch := range left {
+				sl := mainttest.KeySlot(ch)
+				r.mu.Lock()
+				desc = append(desc, fmt.Sprintf("%s (slot %d, at %s, closed by maint %d times, last message %v)",
+					ch, sl, r.cl.Owner(sl).Addr(), r.closes[sl], r.got[ch][max(0, len(r.got[ch])-1):]))
+				r.mu.Unlock()
+			}
+			r.t.Fatalf("%v after %s: silent since round %d: %s", propSettle, what, after, strings.Join(desc, "; "))
+		}
+	}
 }
 
 // beginEpoch starts an epoch: every subscriber is on its slot's owner.
@@ -574,9 +597,10 @@ func (r *propRun) checkEpoch(what string) {
 	}
 }
 
-// pickKind chooses the next step's kind among those that apply; mustMove
-// (the last step, nothing moved yet) makes it a migration.
-func (r *propRun) pickKind(i int, mustMove bool) string {
+// pickKind chooses the i-th step's kind among those that apply; mustMove
+// (the last step, no subscriber still subscribed moved yet) makes it a
+// migration.
+func (r *propRun) pickKind(i int, last, mustMove bool) string {
 	if mustMove {
 		return stepMigrate
 	}
@@ -584,7 +608,9 @@ func (r *propRun) pickKind(i int, mustMove bool) string {
 	if len(r.cl.Nodes()) >= 3 {
 		kinds = append(kinds, stepScaleIn)
 	}
-	if len(r.clients) == 2 && !r.firstOff && i > 0 {
+	// Midway: neither first nor last (the last subscribers moved must be
+	// left to follow).
+	if len(r.clients) == 2 && !r.firstOff && i > 0 && !last {
 		kinds = append(kinds, stepCloseFirst)
 	}
 	return kinds[r.rng.IntN(len(kinds))]
