@@ -121,7 +121,11 @@ type shardSubs struct {
 	// node they left: a connection that subscribes in one of them there
 	// within shardFollowFor is go-redis reconnecting (or a new PubSub) by a
 	// slot map that went stale again, and it meets MOVED; it follows the
-	// slot too. At most one entry per slot, each expiring.
+	// slot too. One that subscribes in one of them elsewhere is most often
+	// go-redis resubscribing on the slot's new owner, but the slot may have
+	// left that node too since the map maint closed by was read: it is
+	// looked at once, and follows the slot if it is not on its owner. At
+	// most one entry per slot, each expiring.
 	recentMu sync.Mutex
 	recent   map[int]recentMove
 }
@@ -150,12 +154,14 @@ func (s *shardSubs) noteMoved(sl int, from string) {
 	s.recent[sl] = recentMove{from: from, until: now.Add(shardFollowFor)}
 }
 
-// movedAway reports whether slot sl left node from lately.
-func (s *shardSubs) movedAway(sl int, from string) bool {
+// movedAway reports whether maint closed slot sl's subscribers lately
+// (lately), and whether they were on node (left).
+func (s *shardSubs) movedAway(sl int, node string) (lately, left bool) {
 	s.recentMu.Lock()
 	defer s.recentMu.Unlock()
 	e, ok := s.recent[sl]
-	return ok && e.from == from && time.Now().Before(e.until)
+	lately = ok && time.Now().Before(e.until)
+	return lately, lately && e.from == node
 }
 
 // bind lets the cluster's subscribers look at cc's slot map, unless they
@@ -274,17 +280,24 @@ func (c *conn) noteShardWrite(kind uint8, p []byte) {
 		}
 	}
 	_, args, err := resp.CommandName(p)
-	stale := false
+	stale, lately := false, false
 	var cs *clusterState
 	if c.m != nil { // a bare conn in the unit tests has none
 		cs = c.m.s.cluster
 	}
 	defer func() { // after the record's lock is let go
-		if stale {
+		switch {
+		case stale:
 			// Subscribing where the slot just left: go-redis's slot map went
 			// stale again (or a new PubSub read it before the reload); the
 			// SSUBSCRIBE meets MOVED. Follow the slot from here too.
 			c.m.followShards(cs, []*conn{c}, nil, nil, "SSUBSCRIBE on the node the slot just left")
+		case lately:
+			// Resubscribing after maint closed the slot's subscriber: on
+			// the slot's owner, unless the slot left it meanwhile (the
+			// SSUBSCRIBE then meets MOVED). No source is named: a
+			// connection on the owner is left alone at once.
+			c.m.followShards(cs, []*conn{c}, nil, []string{}, "SSUBSCRIBE of a slot just followed")
 		}
 	}()
 	rec.mu.Lock()
@@ -319,7 +332,10 @@ func (c *conn) noteShardWrite(kind uint8, p []byte) {
 		}
 		sl := slot.Of(a)
 		rec.chans[string(a)] = sl
-		stale = stale || (cs != nil && c.t != nil && cs.subs.movedAway(sl, c.t.addr))
+		if cs != nil && c.t != nil {
+			l, left := cs.subs.movedAway(sl, c.t.addr)
+			stale, lately = stale || left, lately || l
+		}
 	}
 }
 

@@ -14,9 +14,11 @@ package maint_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -342,4 +344,75 @@ func TestShardedFollowWhenTheSlotComesBack(t *testing.T) {
 			assert.Equal(t, uint64(1), followed)
 		})
 	}
+}
+
+// TestShardedFollowWhenTheSlotLeavesTheNewOwnerToo: maint closes a
+// subscriber for go-redis to resubscribe on the slot's new owner, and the
+// slot leaves that node before go-redis's SSUBSCRIBE reaches it (here its
+// dial is held until then): the SSUBSCRIBE meets MOVED, which go-redis
+// never retries, and the subscriber follows the slot again, to where it is
+// now. (Found by TestShardedFollowProperty, seed 44: a slot given to a new
+// node and moved back at once; the subscriber stayed silent.)
+func TestShardedFollowWhenTheSlotLeavesTheNewOwnerToo(t *testing.T) {
+	ctx := context.Background()
+	emu, err := mainttest.New(mainttest.Config{Logf: t.Logf})
+	require.NoError(t, err)
+	defer emu.Close()
+	cl, err := emu.NewCluster(mainttest.ClusterConfig{})
+	require.NoError(t, err)
+	a, b, c := cl.Nodes()[0], cl.Nodes()[1], cl.Nodes()[2]
+	var tag string
+	for i := 0; ; i++ {
+		if tag = "twice" + strconv.Itoa(i); cl.OwnerOf(tag) == a {
+			break
+		}
+	}
+	x := "{" + tag + "}:x"
+	slot := strconv.Itoa(mainttest.KeySlot(x))
+
+	// The first dial to b once armed waits for release.
+	var armed atomic.Bool
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	dial := emu.Dialer()
+	g := maint.NewGroup(maint.WithLogf(t.Logf))
+	defer g.Close()
+	opt := &redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 3,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if addr == b.Addr() && armed.Load() {
+				first := false
+				once.Do(func() { first = true })
+				if first {
+					close(held)
+					select {
+					case <-release:
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					}
+				}
+			}
+			return dial(ctx, network, addr)
+		}}
+	cc := g.NewClusterClient(opt)
+	defer cc.Close()
+	pub := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 3, Dialer: emu.Dialer()})
+	defer pub.Close()
+	ps := cc.SSubscribe(ctx, x)
+	defer ps.Close()
+	msgs := ps.Channel()
+	require.True(t, spublishUntilSeen(ctx, pub, msgs, x, 5*time.Second))
+
+	armed.Store(true)
+	require.NoError(t, cl.SetOwner(slot, b)) // a pushes sunsubscribe
+	select {
+	case <-held: // maint closed the subscriber; go-redis dials b to resubscribe
+	case <-time.After(5 * time.Second):
+		t.Fatal("go-redis never dialled b to resubscribe")
+	}
+	require.NoError(t, cl.SetOwner(slot, c))
+	close(release)
+	assert.True(t, spublishUntilSeen(ctx, pub, msgs, x, 3*time.Second),
+		"the subscriber resubscribed on %s after the slot left it, met MOVED and stayed silent", b.Addr())
+	followed, _, _, _ := maint.ShardStats(g, opt)
+	assert.Equal(t, uint64(2), followed, "one close per move")
 }
