@@ -370,7 +370,8 @@ func TestShardedFollowWhenTheSlotLeavesTheNewOwnerToo(t *testing.T) {
 	x := "{" + tag + "}:x"
 	slot := strconv.Itoa(mainttest.KeySlot(x))
 
-	// The first dial to b once armed waits for release.
+	// Once the subscriber's connection to a is closed, the next dial to b
+	// (go-redis's PubSub reconnecting) waits for release.
 	var armed atomic.Bool
 	held, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
@@ -391,7 +392,11 @@ func TestShardedFollowWhenTheSlotLeavesTheNewOwnerToo(t *testing.T) {
 					}
 				}
 			}
-			return dial(ctx, network, addr)
+			nc, err := dial(ctx, network, addr)
+			if err == nil && addr == a.Addr() {
+				nc = &subscriberConn{Conn: nc, closed: func() { armed.Store(true) }}
+			}
+			return nc, err
 		}}
 	cc := g.NewClusterClient(opt)
 	defer cc.Close()
@@ -402,7 +407,6 @@ func TestShardedFollowWhenTheSlotLeavesTheNewOwnerToo(t *testing.T) {
 	msgs := ps.Channel()
 	require.True(t, spublishUntilSeen(ctx, pub, msgs, x, 5*time.Second))
 
-	armed.Store(true)
 	require.NoError(t, cl.SetOwner(slot, b)) // a pushes sunsubscribe
 	select {
 	case <-held: // maint closed the subscriber; go-redis dials b to resubscribe
@@ -415,4 +419,26 @@ func TestShardedFollowWhenTheSlotLeavesTheNewOwnerToo(t *testing.T) {
 		"the subscriber resubscribed on %s after the slot left it, met MOVED and stayed silent", b.Addr())
 	followed, _, _, _ := maint.ShardStats(g, opt)
 	assert.Equal(t, uint64(2), followed, "one close per move")
+}
+
+// subscriberConn calls closed when a connection that wrote an SSUBSCRIBE
+// is closed.
+type subscriberConn struct {
+	net.Conn
+	sub    atomic.Bool
+	closed func()
+}
+
+func (c *subscriberConn) Write(p []byte) (int, error) {
+	if strings.Contains(strings.ToLower(string(p)), "ssubscribe") {
+		c.sub.Store(true)
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *subscriberConn) Close() error {
+	if c.sub.Load() {
+		c.closed()
+	}
+	return c.Conn.Close()
 }
