@@ -117,8 +117,9 @@ type shardSubs struct {
 	// alone because go-redis could not resubscribe them (several slots).
 	followed, unasked, settled, spanning atomic.Uint64
 
-	// recent are the slots whose subscribers maint closed lately, and the
-	// node they left: a connection that subscribes in one of them there
+	// recent are the slots whose subscribers maint (or their node) closed
+	// lately, and the node they left: a connection that subscribes in one
+	// of them there
 	// within shardFollowFor is go-redis reconnecting (or a new PubSub) by a
 	// slot map that went stale again, and it meets MOVED; it follows the
 	// slot too. One that subscribes in one of them elsewhere is most often
@@ -130,17 +131,31 @@ type shardSubs struct {
 	recent   map[int]recentMove
 }
 
-// recentMove is a slot that left a node, until when it counts.
+// recentMove is a slot that left a node, until when it counts; byServer:
+// the node closed its subscriber itself (serverClosed), which says nothing
+// of where the slot is.
 type recentMove struct {
-	from  string
-	until time.Time
+	from     string
+	until    time.Time
+	byServer bool
 }
 
 // noteMoved remembers that slot sl left from.
-func (s *shardSubs) noteMoved(sl int, from string) {
+func (s *shardSubs) noteMoved(sl int, from string) { s.note(sl, from, false) }
+
+// serverClosed remembers that node from closed a subscriber of slot sl:
+// go-redis resubscribes it by its slot map, which may be stale (a removed
+// node closes its subscribers while a reshard is still being learnt), and
+// meet MOVED. It does not replace what maint did itself.
+func (s *shardSubs) serverClosed(sl int, from string) { s.note(sl, from, true) }
+
+func (s *shardSubs) note(sl int, from string, byServer bool) {
 	now := time.Now()
 	s.recentMu.Lock()
 	defer s.recentMu.Unlock()
+	if e, ok := s.recent[sl]; byServer && ok && !e.byServer && now.Before(e.until) {
+		return
+	}
 	if s.recent == nil {
 		s.recent = make(map[int]recentMove)
 	}
@@ -151,7 +166,7 @@ func (s *shardSubs) noteMoved(sl int, from string) {
 			}
 		}
 	}
-	s.recent[sl] = recentMove{from: from, until: now.Add(shardFollowFor)}
+	s.recent[sl] = recentMove{from: from, until: now.Add(shardFollowFor), byServer: byServer}
 }
 
 // movedAway reports whether maint closed slot sl's subscribers lately
@@ -161,7 +176,21 @@ func (s *shardSubs) movedAway(sl int, node string) (lately, left bool) {
 	defer s.recentMu.Unlock()
 	e, ok := s.recent[sl]
 	lately = ok && time.Now().Before(e.until)
-	return lately, lately && e.from == node
+	return lately, lately && e.from == node && !e.byServer
+}
+
+// onServerClose notes, when the server closed c, a sharded subscriber,
+// that its slots' subscribers should be looked at when go-redis
+// resubscribes them (serverClosed).
+func (c *conn) onServerClose() {
+	rec := c.shard.Load()
+	if rec == nil || c.m == nil || c.m.s.cluster == nil || c.t == nil || rec.serverClosed.Swap(true) {
+		return
+	}
+	slots, _ := c.shardSlots()
+	for _, ss := range slots {
+		c.m.s.cluster.subs.serverClosed(ss.slot, c.t.addr)
+	}
 }
 
 // bind lets the cluster's subscribers look at cc's slot map, unless they
@@ -204,6 +233,8 @@ type shardConn struct {
 	// its node: it must be resubscribed wherever the slot is, by a map
 	// read after that.
 	droppedAt atomic.Int64
+	// serverClosed: a read met the server's close (onServerClose).
+	serverClosed atomic.Bool
 }
 
 // dropped records that the connection's subscriptions were dropped, as

@@ -421,6 +421,69 @@ func TestShardedFollowWhenTheSlotLeavesTheNewOwnerToo(t *testing.T) {
 	assert.Equal(t, uint64(2), followed, "one close per move")
 }
 
+// TestShardedFollowWhenTheServerClosesASubscriberOnAStaleMap: the node a
+// sharded subscriber is on closes its connection (here with every other:
+// a removed node does so once its slots are gone) while go-redis's slot
+// map is stale: go-redis resubscribes by it, on a node that no longer has
+// the slot, meets MOVED and never retries. The resubscription follows the
+// slot, once the maps agree on where it is. (Found by
+// TestShardedFollowProperty, seed 53: a removed node closed a subscriber
+// that maint had not moved yet, while the slot map maint served was wrong.)
+func TestShardedFollowWhenTheServerClosesASubscriberOnAStaleMap(t *testing.T) {
+	ctx := context.Background()
+	emu, err := mainttest.New(mainttest.Config{Logf: t.Logf})
+	require.NoError(t, err)
+	defer emu.Close()
+	// Distinct ports: with ClusterSlots go-redis names loopback nodes ":port".
+	cl, err := emu.NewCluster(mainttest.ClusterConfig{Addrs: []string{"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"}, LogRedirects: true})
+	require.NoError(t, err)
+	cl.SetShardUnsubscribePush(false)
+	a, b := cl.Nodes()[0], cl.Nodes()[1]
+	var tag string
+	for i := 0; ; i++ {
+		if tag = "closed" + strconv.Itoa(i); cl.OwnerOf(tag) == a {
+			break
+		}
+	}
+	x := "{" + tag + "}:x"
+	admin := redis.NewClient(&redis.Options{Addr: cl.Nodes()[2].Addr(), Protocol: 2})
+	defer admin.Close()
+	before, err := admin.ClusterSlots(ctx).Result()
+	require.NoError(t, err)
+	var stale atomic.Bool
+	g := maint.NewGroup(maint.WithLogf(t.Logf))
+	defer g.Close()
+	opt := &redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 3, ClusterSlots: func(ctx context.Context) ([]redis.ClusterSlot, error) {
+		if stale.Load() {
+			return before, nil
+		}
+		return admin.ClusterSlots(ctx).Result()
+	}}
+	cc := g.NewClusterClient(opt)
+	defer cc.Close()
+	pub := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 3})
+	defer pub.Close()
+	ps := cc.SSubscribe(ctx, x)
+	defer ps.Close()
+	msgs := ps.Channel()
+	require.True(t, spublishUntilSeen(ctx, pub, msgs, x, 5*time.Second))
+
+	// go-redis's map still gives the slot to a when a closes the subscriber.
+	stale.Store(true)
+	require.NoError(t, cl.SetOwner(strconv.Itoa(mainttest.KeySlot(x)), b))
+	mark := len(emu.Events())
+	a.CloseAll()
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err = emu.WaitEvent(rctx, after(mark, mainttest.IsKind(a, mainttest.KindRedirect)))
+	require.NoError(t, err, "go-redis never resubscribed on %s", a.Addr())
+	stale.Store(false)
+	assert.True(t, spublishUntilSeen(ctx, pub, msgs, x, 3*time.Second),
+		"the subscriber resubscribed on %s by a stale map, met MOVED and stayed silent", a.Addr())
+	followed, _, _, _ := maint.ShardStats(g, opt)
+	assert.Equal(t, uint64(1), followed)
+}
+
 // subscriberConn calls closed when a connection that wrote an SSUBSCRIBE
 // is closed.
 type subscriberConn struct {
