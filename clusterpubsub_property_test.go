@@ -193,7 +193,7 @@ func runShardedProperty(t *testing.T, seed uint64) []string {
 	emu, err := mainttest.New(mainttest.Config{Logf: t.Logf})
 	require.NoError(t, err)
 	defer emu.Close()
-	cl, err := emu.NewCluster(mainttest.ClusterConfig{})
+	cl, err := emu.NewCluster(mainttest.ClusterConfig{LogRedirects: true})
 	require.NoError(t, err)
 	r := &propRun{t: t, rng: rand.New(rand.NewPCG(seed, 0x37)), emu: emu, cl: cl, ctx: ctx,
 		got: map[string][]int{}, pubErr: map[int64][]string{}, closes: map[int]int{}, closeTo: map[int][]string{}}
@@ -236,6 +236,7 @@ func runShardedProperty(t *testing.T, seed uint64) []string {
 			r.closes[sl]++
 			r.closeTo[sl] = append(r.closeTo[sl], m[2])
 			r.mu.Unlock()
+			t.Logf("seed %d: maint closed the subscriber of slot %d on %s: %s", seed, sl, ev.Node, ev.Detail)
 		}
 	})
 	defer stopObs()
