@@ -223,8 +223,16 @@ type shardConn struct {
 	// own counts the sunsubscribe confirmations the application's own
 	// SUNSUBSCRIBEs still owe: those pushes are replies, not news.
 	own int
-	// following: a follow is under way for the connection.
+	// following: a follow holds the connection (followShards).
 	following atomic.Bool
+	// again: a signal came while a follow held the connection; the follow
+	// that lets it go follows it again, by that signal (againClaimed: it
+	// named no source, or the connection's own node; else againSrcs, the
+	// sources it named).
+	again        bool
+	againClaimed bool
+	againSrcs    []string
+	againWhy     string
 	// droppedAt is when maint learnt that the node dropped the
 	// connection's subscriptions (a slot leaves a node with its
 	// subscribers): it pushed sunsubscribe, or a map read from the cluster
@@ -429,7 +437,19 @@ func (c *conn) shardSlots() ([]shardSlot, bool) {
 func (m *Maint) followShards(cs *clusterState, conns []*conn, only func(int) bool, srcs []string, why string) {
 	var mine []*conn
 	for _, c := range conns {
-		if rec := c.shard.Load(); rec != nil && rec.following.CompareAndSwap(false, true) {
+		rec := c.shard.Load()
+		if rec == nil {
+			continue
+		}
+		if rec.following.CompareAndSwap(false, true) {
+			mine = append(mine, c)
+			continue
+		}
+		// A follow holds it: it follows it again when it lets it go, unless
+		// it let it go meanwhile.
+		rec.noteAgain(srcs, why)
+		if rec.following.CompareAndSwap(false, true) {
+			rec.takeAgain()
 			mine = append(mine, c)
 		}
 	}
@@ -440,6 +460,45 @@ func (m *Maint) followShards(cs *clusterState, conns []*conn, only func(int) boo
 		for _, c := range mine {
 			c.shard.Load().following.Store(false)
 		}
+	}
+}
+
+// noteAgain records a signal that came while a follow held the connection.
+func (rec *shardConn) noteAgain(srcs []string, why string) {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if !rec.again {
+		rec.again, rec.againClaimed, rec.againSrcs = true, false, rec.againSrcs[:0]
+	}
+	if srcs == nil {
+		rec.againClaimed = true
+	}
+	rec.againSrcs = append(rec.againSrcs, srcs...)
+	rec.againWhy = why
+}
+
+// takeAgain returns, and forgets, the signal noteAgain recorded, as
+// followShards takes its sources (nil: claimed).
+func (rec *shardConn) takeAgain() (srcs []string, why string, ok bool) {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if !rec.again {
+		return nil, "", false
+	}
+	rec.again = false
+	if !rec.againClaimed {
+		srcs = append(make([]string, 0, len(rec.againSrcs)), rec.againSrcs...)
+	}
+	return srcs, rec.againWhy, true
+}
+
+// letGo ends a follow's hold on c; a signal that came meanwhile starts
+// another.
+func (cs *clusterState) letGo(m *Maint, c *conn) {
+	rec := c.shard.Load()
+	rec.following.Store(false)
+	if srcs, why, ok := rec.takeAgain(); ok && c.state.Load() != stateClosed {
+		m.followShards(cs, []*conn{c}, nil, srcs, why)
 	}
 }
 
@@ -478,9 +537,21 @@ type ownerClient struct {
 // that is logged once, at the bound.
 func (cs *clusterState) follow(m *Maint, conns []*conn, only func(int) bool, srcs []string, why string) {
 	s := &cs.subs
+	// Each connection is let go as soon as the follow is done with it: a
+	// signal for it from then on starts a follow of its own.
+	held := make(map[*conn]bool, len(conns))
+	for _, c := range conns {
+		held[c] = true
+	}
+	let := func(c *conn) {
+		if held[c] {
+			delete(held, c)
+			cs.letGo(m, c)
+		}
+	}
 	defer func() {
 		for _, c := range conns {
-			c.shard.Load().following.Store(false)
+			let(c)
 		}
 	}()
 	fs, owners := cs.followsOf(conns, srcs)
@@ -509,7 +580,7 @@ func (cs *clusterState) follow(m *Maint, conns []*conn, only func(int) bool, src
 				o.owners.reload()
 			}
 		}
-		fs = cs.closeMoved(ctx, m, fs, only, why)
+		fs = cs.closeMoved(ctx, m, fs, only, why, let)
 		if len(fs) == 0 {
 			return
 		}
@@ -632,12 +703,13 @@ func isOwnRead(ctx context.Context) bool { return ctx.Value(ownRead{}) != nil }
 // map and their ClusterClient's both give to the same other node, and
 // returns those still looked after: the others still open, but those
 // that nothing claimed moved and whose slots are where the cluster says.
-func (cs *clusterState) closeMoved(ctx context.Context, m *Maint, fs []*shardFollow, only func(int) bool, why string) []*shardFollow {
+func (cs *clusterState) closeMoved(ctx context.Context, m *Maint, fs []*shardFollow, only func(int) bool, why string, let func(*conn)) []*shardFollow {
 	s := &cs.subs
 	keep := fs[:0]
 	for _, f := range fs {
 		c := f.c
 		if c.state.Load() == stateClosed {
+			let(c)
 			continue
 		}
 		rec := c.shard.Load()
@@ -650,6 +722,7 @@ func (cs *clusterState) closeMoved(ctx context.Context, m *Maint, fs []*shardFol
 			m.logf("maint: sharded subscriber (%s) on %s: subscribed in %d slot(s) (record complete: %v); "+
 				"go-redis resubscribes them in one SSUBSCRIBE, which the server refuses across slots: left as it is",
 				why, f.node, len(slots), complete)
+			let(c)
 			continue
 		}
 		read := f.own.read
@@ -696,6 +769,8 @@ func (cs *clusterState) closeMoved(ctx context.Context, m *Maint, fs []*shardFol
 		if !moved {
 			if !home || f.claimed || rec.droppedAt.Load() != 0 {
 				keep = append(keep, f)
+			} else {
+				let(c)
 			}
 			continue
 		}
@@ -706,6 +781,7 @@ func (cs *clusterState) closeMoved(ctx context.Context, m *Maint, fs []*shardFol
 				Detail: "sharded subscriber (" + why + "): slot " + strconv.Itoa(sl) + " now at " + to +
 					": connection closed for go-redis's PubSub to resubscribe there"})
 		}
+		let(c)
 	}
 	return keep
 }

@@ -505,3 +505,114 @@ func (c *subscriberConn) Close() error {
 	}
 	return c.Conn.Close()
 }
+
+// heldSlotRead is an application's hook on every node client, outside
+// maint's: while armed, the first slot-map read maint makes itself (a
+// follow's confirming read) waits, its reply in hand, until release.
+type heldSlotRead struct {
+	armed         *atomic.Bool
+	once          *sync.Once
+	read, release chan struct{}
+}
+
+func (heldSlotRead) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h heldSlotRead) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if _, ok := cmd.(*redis.ClusterSlotsCmd); ok && h.armed.Load() && maint.IsOwnRead(ctx) {
+			first := false
+			h.once.Do(func() { first = true })
+			if first {
+				close(h.read)
+				<-h.release
+			}
+		}
+		return err
+	}
+}
+func (heldSlotRead) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestShardedFollowOfASignalDuringAnotherFollow: a follow holds a
+// subscriber (a late SMIGRATED naming another node as the source, which
+// moves nothing) while its slot really moves and the SMIGRATED of that
+// comes: the first follow, reading the cluster's map from before the move,
+// lets the subscriber go as home; the signal that came meanwhile is not
+// lost, the subscriber follows its slot. (Found by
+// TestShardedFollowProperty, seed 167: a resubscription's follow held the
+// subscriber when its new node gave the slot away; it stayed silent.)
+func TestShardedFollowOfASignalDuringAnotherFollow(t *testing.T) {
+	ctx := context.Background()
+	emu, err := mainttest.New(mainttest.Config{Logf: t.Logf})
+	require.NoError(t, err)
+	defer emu.Close()
+	cl, err := emu.NewCluster(mainttest.ClusterConfig{})
+	require.NoError(t, err)
+	cl.SetShardUnsubscribePush(false)
+	a, b, c := cl.Nodes()[0], cl.Nodes()[1], cl.Nodes()[2]
+	var tag string
+	for i := 0; ; i++ {
+		if tag = "during" + strconv.Itoa(i); cl.OwnerOf(tag) == a {
+			break
+		}
+	}
+	x := "{" + tag + "}:x"
+	slot := strconv.Itoa(mainttest.KeySlot(x))
+	h := heldSlotRead{armed: new(atomic.Bool), once: new(sync.Once), read: make(chan struct{}), release: make(chan struct{})}
+	defer func() {
+		select {
+		case <-h.release:
+		default:
+			close(h.release)
+		}
+	}()
+	g := maint.NewGroup(maint.WithLogf(t.Logf))
+	defer g.Close()
+	opt := &redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 3, Dialer: emu.Dialer(),
+		NewClient: func(o *redis.Options) *redis.Client {
+			cli := redis.NewClient(o)
+			cli.AddHook(h)
+			return cli
+		}}
+	cc := g.NewClusterClient(opt)
+	defer cc.Close()
+	pub := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 3, Dialer: emu.Dialer()})
+	defer pub.Close()
+	ps := cc.SSubscribe(ctx, x)
+	defer ps.Close()
+	msgs := ps.Channel()
+	require.True(t, spublishUntilSeen(ctx, pub, msgs, x, 5*time.Second))
+
+	// The first follow: a late SMIGRATED from b (maint's map has the slot
+	// at a: it is not applied), read on the client's connection to b, its
+	// read of the cluster's map held.
+	var kb string
+	for i := 0; ; i++ {
+		if kb = "kb" + strconv.Itoa(i); cl.OwnerOf(kb) == b {
+			break
+		}
+	}
+	require.NoError(t, cc.Set(ctx, kb, "1", 0).Err())
+	h.armed.Store(true)
+	b.SMigrated(mainttest.SlotMove{Src: b.Addr(), Dst: c.Addr(), Slots: slot})
+	require.NoError(t, cc.Get(ctx, kb).Err())
+	select {
+	case <-h.read:
+	case <-time.After(5 * time.Second):
+		t.Fatal("maint never read the cluster's map for the late SMIGRATED")
+	}
+	// The slot moves to b, silently but for a's SMIGRATED, which maint
+	// reads while the first follow holds the subscriber.
+	require.NoError(t, cl.SetOwner(slot, b))
+	a.SMigrated(mainttest.SlotMove{Src: a.Addr(), Dst: b.Addr(), Slots: slot})
+	waitFor(t, "maint to read a's SMIGRATED", 5*time.Second, func() bool {
+		st := maint.ClusterStatsOf(g, opt)
+		return st.SMigrated+st.Unapplied+st.Stale >= 2
+	})
+	close(h.release)
+	assert.True(t, spublishUntilSeen(ctx, pub, msgs, x, 5*time.Second),
+		"the subscriber stayed on %s: the SMIGRATED read while another follow held it was lost", a.Addr())
+	followed, _, _, _ := maint.ShardStats(g, opt)
+	assert.Equal(t, uint64(1), followed)
+}

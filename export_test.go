@@ -126,3 +126,8 @@ var ClosedAsk = closedAsk
 // FromReload is fromReload, for the contract test that pins where
 // go-redis sends its reload's slot-map load from.
 var FromReload = fromReload
+
+// IsOwnRead is isOwnRead: whether a slot-map read is maint's own (the
+// confirming read of a sharded subscriber's follow), for the tests that
+// hold it.
+var IsOwnRead = isOwnRead
