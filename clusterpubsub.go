@@ -117,26 +117,45 @@ type shardSubs struct {
 	// alone because go-redis could not resubscribe them (several slots).
 	followed, unasked, settled, spanning atomic.Uint64
 
-	// recent are the slots whose subscribers maint closed lately, and the
-	// node they left: a connection that subscribes in one of them there
+	// recent are the slots whose subscribers maint (or their node) closed
+	// lately, and the node they left: a connection that subscribes in one
+	// of them there
 	// within shardFollowFor is go-redis reconnecting (or a new PubSub) by a
 	// slot map that went stale again, and it meets MOVED; it follows the
-	// slot too. At most one entry per slot, each expiring.
+	// slot too. One that subscribes in one of them elsewhere is most often
+	// go-redis resubscribing on the slot's new owner, but the slot may have
+	// left that node too since the map maint closed by was read: it is
+	// looked at once, and follows the slot if it is not on its owner. At
+	// most one entry per slot, each expiring.
 	recentMu sync.Mutex
 	recent   map[int]recentMove
 }
 
-// recentMove is a slot that left a node, until when it counts.
+// recentMove is a slot that left a node, until when it counts; byServer:
+// the node closed its subscriber itself (serverClosed), which says nothing
+// of where the slot is.
 type recentMove struct {
-	from  string
-	until time.Time
+	from     string
+	until    time.Time
+	byServer bool
 }
 
 // noteMoved remembers that slot sl left from.
-func (s *shardSubs) noteMoved(sl int, from string) {
+func (s *shardSubs) noteMoved(sl int, from string) { s.note(sl, from, false) }
+
+// serverClosed remembers that node from closed a subscriber of slot sl:
+// go-redis resubscribes it by its slot map, which may be stale (a removed
+// node closes its subscribers while a reshard is still being learnt), and
+// meet MOVED. It does not replace what maint did itself.
+func (s *shardSubs) serverClosed(sl int, from string) { s.note(sl, from, true) }
+
+func (s *shardSubs) note(sl int, from string, byServer bool) {
 	now := time.Now()
 	s.recentMu.Lock()
 	defer s.recentMu.Unlock()
+	if e, ok := s.recent[sl]; byServer && ok && !e.byServer && now.Before(e.until) {
+		return
+	}
 	if s.recent == nil {
 		s.recent = make(map[int]recentMove)
 	}
@@ -147,15 +166,31 @@ func (s *shardSubs) noteMoved(sl int, from string) {
 			}
 		}
 	}
-	s.recent[sl] = recentMove{from: from, until: now.Add(shardFollowFor)}
+	s.recent[sl] = recentMove{from: from, until: now.Add(shardFollowFor), byServer: byServer}
 }
 
-// movedAway reports whether slot sl left node from lately.
-func (s *shardSubs) movedAway(sl int, from string) bool {
+// movedAway reports whether maint closed slot sl's subscribers lately
+// (lately), and whether they were on node (left).
+func (s *shardSubs) movedAway(sl int, node string) (lately, left bool) {
 	s.recentMu.Lock()
 	defer s.recentMu.Unlock()
 	e, ok := s.recent[sl]
-	return ok && e.from == from && time.Now().Before(e.until)
+	lately = ok && time.Now().Before(e.until)
+	return lately, lately && e.from == node && !e.byServer
+}
+
+// onServerClose notes, when the server closed c, a sharded subscriber,
+// that its slots' subscribers should be looked at when go-redis
+// resubscribes them (serverClosed).
+func (c *conn) onServerClose() {
+	rec := c.shard.Load()
+	if rec == nil || c.m == nil || c.m.s.cluster == nil || c.t == nil || rec.serverClosed.Swap(true) {
+		return
+	}
+	slots, _ := c.shardSlots()
+	for _, ss := range slots {
+		c.m.s.cluster.subs.serverClosed(ss.slot, c.t.addr)
+	}
 }
 
 // bind lets the cluster's subscribers look at cc's slot map, unless they
@@ -188,8 +223,37 @@ type shardConn struct {
 	// own counts the sunsubscribe confirmations the application's own
 	// SUNSUBSCRIBEs still owe: those pushes are replies, not news.
 	own int
-	// following: a follow is under way for the connection.
+	// following: a follow holds the connection (followShards).
 	following atomic.Bool
+	// again: a signal came while a follow held the connection; the follow
+	// that lets it go follows it again, by that signal (againClaimed: it
+	// named no source, or the connection's own node; else againSrcs, the
+	// sources it named).
+	again        bool
+	againClaimed bool
+	againSrcs    []string
+	againWhy     string
+	// droppedAt is when maint learnt that the node dropped the
+	// connection's subscriptions (a slot leaves a node with its
+	// subscribers): it pushed sunsubscribe, or a map read from the cluster
+	// gave one of its slots to another node; 0 before. The connection then
+	// delivers nothing more for that slot, even once the slot is back on
+	// its node: it must be resubscribed wherever the slot is, by a map
+	// read after that.
+	droppedAt atomic.Int64
+	// serverClosed: a read met the server's close (onServerClose).
+	serverClosed atomic.Bool
+}
+
+// dropped records that the connection's subscriptions were dropped, as
+// maint learnt at (a monotonic time).
+func (rec *shardConn) dropped(at mono) {
+	for {
+		cur := rec.droppedAt.Load()
+		if cur >= at || rec.droppedAt.CompareAndSwap(cur, at) {
+			return
+		}
+	}
 }
 
 // Commands shardCommand recognises.
@@ -255,17 +319,24 @@ func (c *conn) noteShardWrite(kind uint8, p []byte) {
 		}
 	}
 	_, args, err := resp.CommandName(p)
-	stale := false
+	stale, lately := false, false
 	var cs *clusterState
 	if c.m != nil { // a bare conn in the unit tests has none
 		cs = c.m.s.cluster
 	}
 	defer func() { // after the record's lock is let go
-		if stale {
+		switch {
+		case stale:
 			// Subscribing where the slot just left: go-redis's slot map went
 			// stale again (or a new PubSub read it before the reload); the
 			// SSUBSCRIBE meets MOVED. Follow the slot from here too.
 			c.m.followShards(cs, []*conn{c}, nil, nil, "SSUBSCRIBE on the node the slot just left")
+		case lately:
+			// Resubscribing after maint closed the slot's subscriber: on
+			// the slot's owner, unless the slot left it meanwhile (the
+			// SSUBSCRIBE then meets MOVED). No source is named: a
+			// connection on the owner is left alone at once.
+			c.m.followShards(cs, []*conn{c}, nil, []string{}, "SSUBSCRIBE of a slot just followed")
 		}
 	}()
 	rec.mu.Lock()
@@ -300,7 +371,10 @@ func (c *conn) noteShardWrite(kind uint8, p []byte) {
 		}
 		sl := slot.Of(a)
 		rec.chans[string(a)] = sl
-		stale = stale || (cs != nil && c.t != nil && cs.subs.movedAway(sl, c.t.addr))
+		if cs != nil && c.t != nil {
+			l, left := cs.subs.movedAway(sl, c.t.addr)
+			stale, lately = stale || left, lately || l
+		}
 	}
 }
 
@@ -323,6 +397,7 @@ func (c *conn) onSunsubscribe() {
 		return
 	}
 	cs.subs.unasked.Add(1)
+	rec.dropped(monoNow())
 	c.m.followShards(cs, []*conn{c}, nil, nil, "sunsubscribe pushed by the server")
 }
 
@@ -362,7 +437,19 @@ func (c *conn) shardSlots() ([]shardSlot, bool) {
 func (m *Maint) followShards(cs *clusterState, conns []*conn, only func(int) bool, srcs []string, why string) {
 	var mine []*conn
 	for _, c := range conns {
-		if rec := c.shard.Load(); rec != nil && rec.following.CompareAndSwap(false, true) {
+		rec := c.shard.Load()
+		if rec == nil {
+			continue
+		}
+		if rec.following.CompareAndSwap(false, true) {
+			mine = append(mine, c)
+			continue
+		}
+		// A follow holds it: it follows it again when it lets it go, unless
+		// it let it go meanwhile.
+		rec.noteAgain(srcs, why)
+		if rec.following.CompareAndSwap(false, true) {
+			rec.takeAgain()
 			mine = append(mine, c)
 		}
 	}
@@ -373,6 +460,45 @@ func (m *Maint) followShards(cs *clusterState, conns []*conn, only func(int) boo
 		for _, c := range mine {
 			c.shard.Load().following.Store(false)
 		}
+	}
+}
+
+// noteAgain records a signal that came while a follow held the connection.
+func (rec *shardConn) noteAgain(srcs []string, why string) {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if !rec.again {
+		rec.again, rec.againClaimed, rec.againSrcs = true, false, rec.againSrcs[:0]
+	}
+	if srcs == nil {
+		rec.againClaimed = true
+	}
+	rec.againSrcs = append(rec.againSrcs, srcs...)
+	rec.againWhy = why
+}
+
+// takeAgain returns, and forgets, the signal noteAgain recorded, as
+// followShards takes its sources (nil: claimed).
+func (rec *shardConn) takeAgain() (srcs []string, why string, ok bool) {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if !rec.again {
+		return nil, "", false
+	}
+	rec.again = false
+	if !rec.againClaimed {
+		srcs = append(make([]string, 0, len(rec.againSrcs)), rec.againSrcs...)
+	}
+	return srcs, rec.againWhy, true
+}
+
+// letGo ends a follow's hold on c; a signal that came meanwhile starts
+// another.
+func (cs *clusterState) letGo(m *Maint, c *conn) {
+	rec := c.shard.Load()
+	rec.following.Store(false)
+	if srcs, why, ok := rec.takeAgain(); ok && c.state.Load() != stateClosed {
+		m.followShards(cs, []*conn{c}, nil, srcs, why)
 	}
 }
 
@@ -394,6 +520,8 @@ type ownerClient struct {
 	nodes  []*redis.Client // its node clients: where the cluster is asked
 	read   *slotMap        // the last map read from the cluster; nil before
 	readAt time.Time
+	// readMono is when that read was asked for (monotonic).
+	readMono mono
 }
 
 // follow moves each connection, bounded by shardFollowFor, once the
@@ -409,9 +537,21 @@ type ownerClient struct {
 // that is logged once, at the bound.
 func (cs *clusterState) follow(m *Maint, conns []*conn, only func(int) bool, srcs []string, why string) {
 	s := &cs.subs
+	// Each connection is let go as soon as the follow is done with it: a
+	// signal for it from then on starts a follow of its own.
+	held := make(map[*conn]bool, len(conns))
+	for _, c := range conns {
+		held[c] = true
+	}
+	let := func(c *conn) {
+		if held[c] {
+			delete(held, c)
+			cs.letGo(m, c)
+		}
+	}
 	defer func() {
 		for _, c := range conns {
-			c.shard.Load().following.Store(false)
+			let(c)
 		}
 	}()
 	fs, owners := cs.followsOf(conns, srcs)
@@ -433,13 +573,14 @@ func (cs *clusterState) follow(m *Maint, conns []*conn, only func(int) bool, src
 		now := time.Now()
 		for _, o := range owners {
 			if o.read == nil || now.Sub(o.readAt) >= shardReloadEvery {
+				asked := monoNow()
 				if sm := cs.confirmRead(ctx, o.nodes); sm != nil {
-					o.read, o.readAt = sm, now
+					o.read, o.readAt, o.readMono = sm, now, asked
 				}
 				o.owners.reload()
 			}
 		}
-		fs = cs.closeMoved(ctx, m, fs, only, why)
+		fs = cs.closeMoved(ctx, m, fs, only, why, let)
 		if len(fs) == 0 {
 			return
 		}
@@ -562,14 +703,16 @@ func isOwnRead(ctx context.Context) bool { return ctx.Value(ownRead{}) != nil }
 // map and their ClusterClient's both give to the same other node, and
 // returns those still looked after: the others still open, but those
 // that nothing claimed moved and whose slots are where the cluster says.
-func (cs *clusterState) closeMoved(ctx context.Context, m *Maint, fs []*shardFollow, only func(int) bool, why string) []*shardFollow {
+func (cs *clusterState) closeMoved(ctx context.Context, m *Maint, fs []*shardFollow, only func(int) bool, why string, let func(*conn)) []*shardFollow {
 	s := &cs.subs
 	keep := fs[:0]
 	for _, f := range fs {
 		c := f.c
 		if c.state.Load() == stateClosed {
+			let(c)
 			continue
 		}
+		rec := c.shard.Load()
 		slots, complete := c.shardSlots()
 		if len(slots) > 1 || !complete {
 			// go-redis would resubscribe them all in one SSUBSCRIBE, which
@@ -579,6 +722,7 @@ func (cs *clusterState) closeMoved(ctx context.Context, m *Maint, fs []*shardFol
 			m.logf("maint: sharded subscriber (%s) on %s: subscribed in %d slot(s) (record complete: %v); "+
 				"go-redis resubscribes them in one SSUBSCRIBE, which the server refuses across slots: left as it is",
 				why, f.node, len(slots), complete)
+			let(c)
 			continue
 		}
 		read := f.own.read
@@ -597,9 +741,21 @@ func (cs *clusterState) closeMoved(ctx context.Context, m *Maint, fs []*shardFol
 			}
 			cs.refute(m, ss.slot, read, owner)
 			if n, ok := read.node(f.node); ok && n.Addr == owner {
-				continue // the cluster has it on the connection's node
+				// The cluster has it on the connection's node: nothing to
+				// do, unless the node dropped its subscriptions when the
+				// slot left and the map was read after that (the slot came
+				// back): go-redis resubscribes them here, once its map says
+				// so too.
+				if at := rec.droppedAt.Load(); at != 0 && f.own.readMono > at {
+					if addr, err := f.own.owners.masterOf(ctx, ss.channel); err == nil && addr == f.node {
+						moved, to, sl = true, addr, ss.slot
+						break
+					}
+				}
+				continue
 			}
 			home = false
+			rec.dropped(f.own.readMono) // the node gave the slot away, with its subscribers
 			addr, err := f.own.owners.masterOf(ctx, ss.channel)
 			if err != nil || addr == "" || addr == f.node {
 				continue // go-redis's map is behind: reloads are asked for
@@ -611,8 +767,10 @@ func (cs *clusterState) closeMoved(ctx context.Context, m *Maint, fs []*shardFol
 			break
 		}
 		if !moved {
-			if !home || f.claimed {
+			if !home || f.claimed || rec.droppedAt.Load() != 0 {
 				keep = append(keep, f)
+			} else {
+				let(c)
 			}
 			continue
 		}
@@ -623,6 +781,7 @@ func (cs *clusterState) closeMoved(ctx context.Context, m *Maint, fs []*shardFol
 				Detail: "sharded subscriber (" + why + "): slot " + strconv.Itoa(sl) + " now at " + to +
 					": connection closed for go-redis's PubSub to resubscribe there"})
 		}
+		let(c)
 	}
 	return keep
 }

@@ -14,9 +14,12 @@ package maint_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -279,4 +282,344 @@ func TestShardedLateSMigratedMovesNothing(t *testing.T) {
 			assert.NotZero(t, st.ConfirmReads, "maint never asked the cluster")
 		})
 	}
+}
+
+// TestShardedFollowWhenTheSlotComesBack: a slot leaves a subscriber's node
+// and comes back before go-redis's slot map showed it elsewhere (here
+// go-redis's map stays stale meanwhile): the node dropped the slot's
+// subscribers when it gave it away, so the subscriber moves, once, back to
+// the node it is on, whether the node said so with sunsubscribe or maint
+// read the cluster's map while the slot was away. (Found by
+// TestShardedFollowProperty, seeds 9 and 25: the subscriber stayed silent
+// for good.)
+func TestShardedFollowWhenTheSlotComesBack(t *testing.T) {
+	for _, push := range []bool{true, false} {
+		t.Run(fmt.Sprintf("push=%v", push), func(t *testing.T) {
+			ctx := context.Background()
+			emu, err := mainttest.New(mainttest.Config{Logf: t.Logf})
+			require.NoError(t, err)
+			defer emu.Close()
+			// Distinct ports: with ClusterSlots go-redis names loopback nodes ":port".
+			cl, err := emu.NewCluster(mainttest.ClusterConfig{Addrs: []string{"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"}})
+			require.NoError(t, err)
+			cl.SetShardUnsubscribePush(push)
+			a, b := cl.Nodes()[0], cl.Nodes()[1]
+			var tag string
+			for i := 0; ; i++ {
+				if tag = "back" + strconv.Itoa(i); cl.OwnerOf(tag) == a {
+					break
+				}
+			}
+			x := "{" + tag + "}:x"
+			slot := strconv.Itoa(mainttest.KeySlot(x))
+			admin := redis.NewClient(&redis.Options{Addr: cl.Nodes()[2].Addr(), Protocol: 2})
+			defer admin.Close()
+			before, err := admin.ClusterSlots(ctx).Result()
+			require.NoError(t, err)
+			var stale atomic.Bool
+			g := maint.NewGroup(maint.WithLogf(t.Logf))
+			defer g.Close()
+			opt := &redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 3, ClusterSlots: func(ctx context.Context) ([]redis.ClusterSlot, error) {
+				if stale.Load() {
+					return before, nil
+				}
+				return admin.ClusterSlots(ctx).Result()
+			}}
+			cc := g.NewClusterClient(opt)
+			defer cc.Close()
+			pub := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 3})
+			defer pub.Close()
+			ps := cc.SSubscribe(ctx, x)
+			defer ps.Close()
+			msgs := ps.Channel()
+			require.True(t, spublishUntilSeen(ctx, pub, msgs, x, 5*time.Second))
+
+			// go-redis's map gives the slot to a throughout.
+			stale.Store(true)
+			require.NoError(t, cl.SetOwner(slot, b))
+			if !push {
+				a.SMigrated(mainttest.SlotMove{Src: a.Addr(), Dst: b.Addr(), Slots: slot})
+				// maint read the cluster's map while the slot was at b.
+				waitFor(t, "maint's read of the cluster's map", 5*time.Second, func() bool {
+					return maint.ClusterStatsOf(g, opt).ConfirmReads > 0
+				})
+			}
+			require.NoError(t, cl.SetOwner(slot, a))
+			assert.True(t, spublishUntilSeen(ctx, pub, msgs, x, 3*time.Second),
+				"the subscriber stayed on %s, which dropped it when the slot left, and never resubscribed", a.Addr())
+			followed, _, _, _ := maint.ShardStats(g, opt)
+			assert.Equal(t, uint64(1), followed)
+		})
+	}
+}
+
+// TestShardedFollowWhenTheSlotLeavesTheNewOwnerToo: maint closes a
+// subscriber for go-redis to resubscribe on the slot's new owner, and the
+// slot leaves that node before go-redis's SSUBSCRIBE reaches it (here its
+// dial is held until then): the SSUBSCRIBE meets MOVED, which go-redis
+// never retries, and the subscriber follows the slot again, to where it is
+// now. (Found by TestShardedFollowProperty, seed 44: a slot given to a new
+// node and moved back at once; the subscriber stayed silent.)
+func TestShardedFollowWhenTheSlotLeavesTheNewOwnerToo(t *testing.T) {
+	ctx := context.Background()
+	emu, err := mainttest.New(mainttest.Config{Logf: t.Logf})
+	require.NoError(t, err)
+	defer emu.Close()
+	cl, err := emu.NewCluster(mainttest.ClusterConfig{})
+	require.NoError(t, err)
+	a, b, c := cl.Nodes()[0], cl.Nodes()[1], cl.Nodes()[2]
+	var tag string
+	for i := 0; ; i++ {
+		if tag = "twice" + strconv.Itoa(i); cl.OwnerOf(tag) == a {
+			break
+		}
+	}
+	x := "{" + tag + "}:x"
+	slot := strconv.Itoa(mainttest.KeySlot(x))
+
+	// Once the subscriber's connection to a is closed, the next dial to b
+	// (go-redis's PubSub reconnecting) waits for release.
+	var armed atomic.Bool
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	dial := emu.Dialer()
+	g := maint.NewGroup(maint.WithLogf(t.Logf))
+	defer g.Close()
+	opt := &redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 3,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if addr == b.Addr() && armed.Load() {
+				first := false
+				once.Do(func() { first = true })
+				if first {
+					close(held)
+					select {
+					case <-release:
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					}
+				}
+			}
+			nc, err := dial(ctx, network, addr)
+			if err == nil && addr == a.Addr() {
+				nc = &subscriberConn{Conn: nc, closed: func() { armed.Store(true) }}
+			}
+			return nc, err
+		}}
+	cc := g.NewClusterClient(opt)
+	defer cc.Close()
+	pub := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 3, Dialer: emu.Dialer()})
+	defer pub.Close()
+	ps := cc.SSubscribe(ctx, x)
+	defer ps.Close()
+	msgs := ps.Channel()
+	require.True(t, spublishUntilSeen(ctx, pub, msgs, x, 5*time.Second))
+
+	require.NoError(t, cl.SetOwner(slot, b)) // a pushes sunsubscribe
+	select {
+	case <-held: // maint closed the subscriber; go-redis dials b to resubscribe
+	case <-time.After(5 * time.Second):
+		t.Fatal("go-redis never dialled b to resubscribe")
+	}
+	require.NoError(t, cl.SetOwner(slot, c))
+	close(release)
+	assert.True(t, spublishUntilSeen(ctx, pub, msgs, x, 3*time.Second),
+		"the subscriber resubscribed on %s after the slot left it, met MOVED and stayed silent", b.Addr())
+	followed, _, _, _ := maint.ShardStats(g, opt)
+	assert.Equal(t, uint64(2), followed, "one close per move")
+}
+
+// TestShardedFollowWhenTheServerClosesASubscriberOnAStaleMap: the node a
+// sharded subscriber is on closes its connection (here with every other:
+// a removed node does so once its slots are gone) while go-redis's slot
+// map is stale: go-redis resubscribes by it, on a node that no longer has
+// the slot, meets MOVED and never retries. The resubscription follows the
+// slot, once the maps agree on where it is. (Found by
+// TestShardedFollowProperty, seed 53: a removed node closed a subscriber
+// that maint had not moved yet, while the slot map maint served was wrong.)
+func TestShardedFollowWhenTheServerClosesASubscriberOnAStaleMap(t *testing.T) {
+	ctx := context.Background()
+	emu, err := mainttest.New(mainttest.Config{Logf: t.Logf})
+	require.NoError(t, err)
+	defer emu.Close()
+	// Distinct ports: with ClusterSlots go-redis names loopback nodes ":port".
+	cl, err := emu.NewCluster(mainttest.ClusterConfig{Addrs: []string{"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"}, LogRedirects: true})
+	require.NoError(t, err)
+	cl.SetShardUnsubscribePush(false)
+	a, b := cl.Nodes()[0], cl.Nodes()[1]
+	var tag string
+	for i := 0; ; i++ {
+		if tag = "closed" + strconv.Itoa(i); cl.OwnerOf(tag) == a {
+			break
+		}
+	}
+	x := "{" + tag + "}:x"
+	admin := redis.NewClient(&redis.Options{Addr: cl.Nodes()[2].Addr(), Protocol: 2})
+	defer admin.Close()
+	before, err := admin.ClusterSlots(ctx).Result()
+	require.NoError(t, err)
+	var stale atomic.Bool
+	g := maint.NewGroup(maint.WithLogf(t.Logf))
+	defer g.Close()
+	opt := &redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 3, ClusterSlots: func(ctx context.Context) ([]redis.ClusterSlot, error) {
+		if stale.Load() {
+			return before, nil
+		}
+		return admin.ClusterSlots(ctx).Result()
+	}}
+	cc := g.NewClusterClient(opt)
+	defer cc.Close()
+	pub := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 3})
+	defer pub.Close()
+	ps := cc.SSubscribe(ctx, x)
+	defer ps.Close()
+	msgs := ps.Channel()
+	require.True(t, spublishUntilSeen(ctx, pub, msgs, x, 5*time.Second))
+
+	// go-redis's map still gives the slot to a when a closes the subscriber.
+	stale.Store(true)
+	require.NoError(t, cl.SetOwner(strconv.Itoa(mainttest.KeySlot(x)), b))
+	mark := len(emu.Events())
+	a.CloseAll()
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err = emu.WaitEvent(rctx, after(mark, mainttest.IsKind(a, mainttest.KindRedirect)))
+	require.NoError(t, err, "go-redis never resubscribed on %s", a.Addr())
+	stale.Store(false)
+	assert.True(t, spublishUntilSeen(ctx, pub, msgs, x, 3*time.Second),
+		"the subscriber resubscribed on %s by a stale map, met MOVED and stayed silent", a.Addr())
+	followed, _, _, _ := maint.ShardStats(g, opt)
+	assert.Equal(t, uint64(1), followed)
+}
+
+// subscriberConn calls closed when a connection that wrote an SSUBSCRIBE
+// is closed.
+type subscriberConn struct {
+	net.Conn
+	sub    atomic.Bool
+	closed func()
+}
+
+func (c *subscriberConn) Write(p []byte) (int, error) {
+	if strings.Contains(strings.ToLower(string(p)), "ssubscribe") {
+		c.sub.Store(true)
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *subscriberConn) Close() error {
+	if c.sub.Load() {
+		c.closed()
+	}
+	return c.Conn.Close()
+}
+
+// heldSlotRead is an application's hook on every node client, outside
+// maint's: while armed, the first slot-map read maint makes itself (a
+// follow's confirming read) waits, its reply in hand, until release.
+type heldSlotRead struct {
+	armed         *atomic.Bool
+	once          *sync.Once
+	read, release chan struct{}
+}
+
+func (heldSlotRead) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h heldSlotRead) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if _, ok := cmd.(*redis.ClusterSlotsCmd); ok && h.armed.Load() && maint.IsOwnRead(ctx) {
+			first := false
+			h.once.Do(func() { first = true })
+			if first {
+				close(h.read)
+				<-h.release
+			}
+		}
+		return err
+	}
+}
+func (heldSlotRead) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestShardedFollowOfASignalDuringAnotherFollow: a follow holds a
+// subscriber (a late SMIGRATED naming another node as the source, which
+// moves nothing) while its slot really moves and the SMIGRATED of that
+// comes: the first follow, reading the cluster's map from before the move,
+// lets the subscriber go as home; the signal that came meanwhile is not
+// lost, the subscriber follows its slot. (Found by
+// TestShardedFollowProperty, seed 167: a resubscription's follow held the
+// subscriber when its new node gave the slot away; it stayed silent.)
+func TestShardedFollowOfASignalDuringAnotherFollow(t *testing.T) {
+	ctx := context.Background()
+	emu, err := mainttest.New(mainttest.Config{Logf: t.Logf})
+	require.NoError(t, err)
+	defer emu.Close()
+	cl, err := emu.NewCluster(mainttest.ClusterConfig{})
+	require.NoError(t, err)
+	cl.SetShardUnsubscribePush(false)
+	a, b, c := cl.Nodes()[0], cl.Nodes()[1], cl.Nodes()[2]
+	var tag string
+	for i := 0; ; i++ {
+		if tag = "during" + strconv.Itoa(i); cl.OwnerOf(tag) == a {
+			break
+		}
+	}
+	x := "{" + tag + "}:x"
+	slot := strconv.Itoa(mainttest.KeySlot(x))
+	h := heldSlotRead{armed: new(atomic.Bool), once: new(sync.Once), read: make(chan struct{}), release: make(chan struct{})}
+	defer func() {
+		select {
+		case <-h.release:
+		default:
+			close(h.release)
+		}
+	}()
+	g := maint.NewGroup(maint.WithLogf(t.Logf))
+	defer g.Close()
+	opt := &redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 3, Dialer: emu.Dialer(),
+		NewClient: func(o *redis.Options) *redis.Client {
+			cli := redis.NewClient(o)
+			cli.AddHook(h)
+			return cli
+		}}
+	cc := g.NewClusterClient(opt)
+	defer cc.Close()
+	pub := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 3, Dialer: emu.Dialer()})
+	defer pub.Close()
+	ps := cc.SSubscribe(ctx, x)
+	defer ps.Close()
+	msgs := ps.Channel()
+	require.True(t, spublishUntilSeen(ctx, pub, msgs, x, 5*time.Second))
+
+	// The first follow: a late SMIGRATED from b (maint's map has the slot
+	// at a: it is not applied), read on the client's connection to b, its
+	// read of the cluster's map held.
+	var kb string
+	for i := 0; ; i++ {
+		if kb = "kb" + strconv.Itoa(i); cl.OwnerOf(kb) == b {
+			break
+		}
+	}
+	require.NoError(t, cc.Set(ctx, kb, "1", 0).Err())
+	h.armed.Store(true)
+	b.SMigrated(mainttest.SlotMove{Src: b.Addr(), Dst: c.Addr(), Slots: slot})
+	require.NoError(t, cc.Get(ctx, kb).Err())
+	select {
+	case <-h.read:
+	case <-time.After(5 * time.Second):
+		t.Fatal("maint never read the cluster's map for the late SMIGRATED")
+	}
+	// The slot moves to b, silently but for a's SMIGRATED, which maint
+	// reads while the first follow holds the subscriber.
+	require.NoError(t, cl.SetOwner(slot, b))
+	a.SMigrated(mainttest.SlotMove{Src: a.Addr(), Dst: b.Addr(), Slots: slot})
+	waitFor(t, "maint to read a's SMIGRATED", 5*time.Second, func() bool {
+		st := maint.ClusterStatsOf(g, opt)
+		return st.SMigrated+st.Unapplied+st.Stale >= 2
+	})
+	close(h.release)
+	assert.True(t, spublishUntilSeen(ctx, pub, msgs, x, 5*time.Second),
+		"the subscriber stayed on %s: the SMIGRATED read while another follow held it was lost", a.Addr())
+	followed, _, _, _ := maint.ShardStats(g, opt)
+	assert.Equal(t, uint64(1), followed)
 }

@@ -540,6 +540,7 @@ func (c *conn) ioErr(err error, d *deadline) error {
 	}
 	if errors.Is(err, io.EOF) {
 		c.peerClosed.Store(true)
+		c.onServerClose() // sharded pub/sub (clusterpubsub.go)
 	}
 	if why := c.closeErr.Load(); why != nil {
 		return fmt.Errorf("%w (%w)", *why, err)

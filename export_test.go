@@ -134,3 +134,8 @@ func CallerClient() string { return callerClient() }
 // ForgetUnsupportedSaid forgets which endpoints' refusal of the opt-in
 // was logged at Warn, for a test that counts that line.
 func ForgetUnsupportedSaid() { unsupportedSaid.forget() }
+
+// IsOwnRead is isOwnRead: whether a slot-map read is maint's own (the
+// confirming read of a sharded subscriber's follow), for the tests that
+// hold it.
+var IsOwnRead = isOwnRead
