@@ -60,6 +60,9 @@ type Group struct {
 	// watched are the Rings whose shards are polled for (Instrument: shards
 	// down when it ran get a Maint once they are up).
 	watched []*redis.Ring
+	// ringSaid is each watched Ring's "no opt-in" once, shared by its
+	// shards' Maints (handshake.go noteCarrying); dropped with the Ring.
+	ringSaid map[*redis.Ring]*sync.Once
 	sweeper bool
 	// sweepEvery is how often the sweeper runs; deadAfter how long a ring
 	// shard's Maint must see no command and hold no connection to be taken
@@ -640,6 +643,7 @@ func clientClosed(mb *member) bool {
 func (g *Group) unwatch(r *redis.Ring) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	delete(g.ringSaid, r)
 	for i, x := range g.watched {
 		if x == r {
 			g.watched = append(g.watched[:i:i], g.watched[i+1:]...)
@@ -738,4 +742,12 @@ func (g *Group) Close() error {
 		return true
 	})
 	return nil
+}
+
+// ringOnce returns r's "no opt-in" once (nil for a Ring no longer
+// watched: each shard's Maint then says it once).
+func (g *Group) ringOnce(r *redis.Ring) *sync.Once {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.ringSaid[r]
 }

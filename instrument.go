@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 	"weak"
@@ -114,7 +115,7 @@ func (g *Group) instrumentCluster(c *redis.ClusterClient) {
 	bindCluster(cs, c)
 	w := weak.Make(c) // the callback is kept by c itself
 	c.OnNewNode(func(node *redis.Client) {
-		g.installNode(node, cs, false)
+		g.installNode(node, cs, false, &cs.noOptInSaid)
 		if c := w.Value(); c != nil {
 			cs.own(node, c)
 		}
@@ -124,7 +125,7 @@ func (g *Group) instrumentCluster(c *redis.ClusterClient) {
 	defer cancel()
 	var total, nodes int64
 	_ = c.ForEachShard(ctx, func(_ context.Context, node *redis.Client) error {
-		n, ok := g.installNode(node, cs, false)
+		n, ok := g.installNode(node, cs, false, &cs.noOptInSaid)
 		cs.own(node, c)
 		if ok && n > 0 {
 			g.mu.Lock()
@@ -180,10 +181,15 @@ func (g *Group) instrumentRing(c *redis.Ring) {
 	// (TestContractRingShards): shard clients this group made through
 	// ConfigureRing are recognised by client (reserve), not by options.
 	ro := c.Options()
+	said := new(sync.Once) // "no opt-in" once for the Ring, not per shard
 	g.mu.Lock()
 	g.watched = append(g.watched, c)
+	if g.ringSaid == nil {
+		g.ringSaid = make(map[*redis.Ring]*sync.Once)
+	}
+	g.ringSaid[c] = said
 	g.mu.Unlock()
-	c.OnNewNode(func(node *redis.Client) { g.installNode(node, nil, true) })
+	c.OnNewNode(func(node *redis.Client) { g.installNode(node, nil, true, said) })
 	g.coverRing(c, true)
 	g.startSweeper(ro.HeartbeatFrequency, ro.DialTimeout, ro.ReadTimeout)
 }
@@ -194,7 +200,7 @@ func (g *Group) instrumentRing(c *redis.Ring) {
 func (g *Group) coverRing(r *redis.Ring, first bool) {
 	var total, shards int
 	_ = r.ForEachShard(g.ctx, func(_ context.Context, node *redis.Client) error {
-		n, ok := g.installNode(node, nil, true)
+		n, ok := g.installNode(node, nil, true, g.ringOnce(r))
 		if ok && n > 0 {
 			g.mu.Lock()
 			total += n
@@ -215,15 +221,13 @@ func (g *Group) coverRing(r *redis.Ring, first bool) {
 // installNode gives a node client created without the options route a
 // Maint through AddHook, unless it has one; it returns the connections the
 // node client had dialled already.
-func (g *Group) installNode(node *redis.Client, cs *clusterState, ring bool) (int, bool) {
+func (g *Group) installNode(node *redis.Client, cs *clusterState, ring bool, noOptInSaid *sync.Once) (int, bool) {
 	if !g.reserve(node) {
 		return 0, false
 	}
 	m := g.newMaint()
 	m.s.cluster = cs
-	if cs != nil {
-		m.s.noOptInSaid = &cs.noOptInSaid
-	}
+	m.s.noOptInSaid = noOptInSaid
 	n := conns(node)
 	node.AddHook(m)
 	if cs != nil {

@@ -162,7 +162,7 @@ func TestNoOptInIsSaid(t *testing.T) {
 
 // A RESP2 client of many nodes (a cluster, a ring) is said to be without
 // the opt-in once, not once per node client: by the Group's options route
-// and, for a cluster, by Instrument.
+// and by Instrument.
 func TestNoOptInIsSaidOncePerClient(t *testing.T) {
 	emu, err := mainttest.New(mainttest.Config{Logf: t.Logf})
 	require.NoError(t, err)
@@ -191,6 +191,11 @@ func TestNoOptInIsSaidOncePerClient(t *testing.T) {
 		}},
 		{"Group.NewRing", func(g *maint.Group) redis.UniversalClient {
 			return g.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr(), "b": b.Addr()}, Dialer: emu.Dialer(), Protocol: 2})
+		}},
+		{"Group.Instrument(Ring)", func(g *maint.Group) redis.UniversalClient {
+			ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr(), "b": b.Addr()}, Dialer: emu.Dialer(), Protocol: 2})
+			require.NoError(t, g.Instrument(ring))
+			return ring
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
