@@ -63,7 +63,7 @@ type Group struct {
 	// ringSaid is each watched Ring's "no opt-in" once, shared by its
 	// shards' Maints (handshake.go noteCarrying); dropped with the Ring.
 	ringSaid map[*redis.Ring]*sync.Once
-	sweeper bool
+	sweeper  bool
 	// sweepEvery is how often the sweeper runs; deadAfter how long a ring
 	// shard's Maint must see no command and hold no connection to be taken
 	// for closed by go-redis.
