@@ -304,31 +304,12 @@ func TestShardedFollowWhenTheSlotComesBack(t *testing.T) {
 			require.NoError(t, err)
 			cl.SetShardUnsubscribePush(push)
 			a, b := cl.Nodes()[0], cl.Nodes()[1]
-			var tag string
-			for i := 0; ; i++ {
-				if tag = "back" + strconv.Itoa(i); cl.OwnerOf(tag) == a {
-					break
-				}
-			}
-			x := "{" + tag + "}:x"
-			slot := strconv.Itoa(mainttest.KeySlot(x))
-			admin := redis.NewClient(&redis.Options{Addr: cl.Nodes()[2].Addr(), Protocol: 2})
-			defer admin.Close()
-			before, err := admin.ClusterSlots(ctx).Result()
-			require.NoError(t, err)
-			var stale atomic.Bool
 			g := maint.NewGroup(maint.WithLogf(t.Logf))
 			defer g.Close()
-			opt := &redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 3, ClusterSlots: func(ctx context.Context) ([]redis.ClusterSlot, error) {
-				if stale.Load() {
-					return before, nil
-				}
-				return admin.ClusterSlots(ctx).Result()
-			}}
-			cc := g.NewClusterClient(opt)
-			defer cc.Close()
-			pub := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 3})
-			defer pub.Close()
+			sc := newStaleableCluster(t, cl, g, "back")
+			defer sc.close()
+			x, stale, opt, cc, pub := sc.x, &sc.stale, sc.opt, sc.cc, sc.pub
+			slot := strconv.Itoa(mainttest.KeySlot(x))
 			ps := cc.SSubscribe(ctx, x)
 			defer ps.Close()
 			msgs := ps.Channel()
@@ -446,30 +427,11 @@ func TestShardedFollowWhenTheServerClosesASubscriberOnAStaleMap(t *testing.T) {
 	require.NoError(t, err)
 	cl.SetShardUnsubscribePush(false)
 	a, b := cl.Nodes()[0], cl.Nodes()[1]
-	var tag string
-	for i := 0; ; i++ {
-		if tag = "closed" + strconv.Itoa(i); cl.OwnerOf(tag) == a {
-			break
-		}
-	}
-	x := "{" + tag + "}:x"
-	admin := redis.NewClient(&redis.Options{Addr: cl.Nodes()[2].Addr(), Protocol: 2})
-	defer admin.Close()
-	before, err := admin.ClusterSlots(ctx).Result()
-	require.NoError(t, err)
-	var stale atomic.Bool
 	g := maint.NewGroup(maint.WithLogf(t.Logf))
 	defer g.Close()
-	opt := &redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 3, ClusterSlots: func(ctx context.Context) ([]redis.ClusterSlot, error) {
-		if stale.Load() {
-			return before, nil
-		}
-		return admin.ClusterSlots(ctx).Result()
-	}}
-	cc := g.NewClusterClient(opt)
-	defer cc.Close()
-	pub := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 3})
-	defer pub.Close()
+	sc := newStaleableCluster(t, cl, g, "closed")
+	defer sc.close()
+	x, stale, opt, cc, pub := sc.x, &sc.stale, sc.opt, sc.cc, sc.pub
 	ps := cc.SSubscribe(ctx, x)
 	defer ps.Close()
 	msgs := ps.Channel()

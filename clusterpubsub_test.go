@@ -660,30 +660,11 @@ func TestClusterShardedStaleSlotMapIsFollowed(t *testing.T) {
 	require.NoError(t, err)
 	a, b := cl.Nodes()[0], cl.Nodes()[1]
 	name := func(ep *mainttest.Endpoint) string { _, port, _ := net.SplitHostPort(ep.Addr()); return ":" + port }
-	var tag string
-	for i := 0; ; i++ {
-		if tag = "stale" + strconv.Itoa(i); cl.OwnerOf(tag) == a {
-			break
-		}
-	}
-	x := "{" + tag + "}:x"
-	admin := redis.NewClient(&redis.Options{Addr: cl.Nodes()[2].Addr(), Protocol: 2})
-	defer admin.Close()
-	before, err := admin.ClusterSlots(ctx).Result()
-	require.NoError(t, err)
-	var stale atomic.Bool
 	g := maint.NewGroup()
 	defer g.Close()
-	opt := &redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 3, ClusterSlots: func(ctx context.Context) ([]redis.ClusterSlot, error) {
-		if stale.Load() {
-			return before, nil
-		}
-		return admin.ClusterSlots(ctx).Result()
-	}}
-	cc := g.NewClusterClient(opt)
-	defer cc.Close()
-	pub := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 3})
-	defer pub.Close()
+	sc := newStaleableCluster(t, cl, g, "stale")
+	defer sc.close()
+	x, stale, opt, cc, pub := sc.x, &sc.stale, sc.opt, sc.cc, sc.pub
 	deliver := func(msgs <-chan *redis.Message) bool {
 		return spublishUntilSeen(ctx, pub, msgs, x, 5*time.Second)
 	}
@@ -706,6 +687,52 @@ func TestClusterShardedStaleSlotMapIsFollowed(t *testing.T) {
 	assert.True(t, deliver(msgs2), "the PubSub that subscribed by a stale slot map stayed silent")
 	followed, _, _, _ := maint.ShardStats(g, opt)
 	assert.Equal(t, uint64(2), followed)
+}
+
+// staleableCluster is a Group's ClusterClient whose slot map can be kept
+// stale (go-redis loads it through ClusterOptions.ClusterSlots: the map read
+// when it was made while stale is set), a channel x whose slot node 0 owns,
+// and a publisher without maint.
+type staleableCluster struct {
+	x     string
+	stale atomic.Bool
+	opt   *redis.ClusterOptions
+	cc    *redis.ClusterClient
+	pub   *redis.ClusterClient
+	admin *redis.Client
+}
+
+// newStaleableCluster makes it on cl with g, the channel named after
+// prefix; close closes its clients (before g and the emulator).
+func newStaleableCluster(t *testing.T, cl *mainttest.Cluster, g *maint.Group, prefix string) *staleableCluster {
+	t.Helper()
+	var tag string
+	for i := 0; ; i++ {
+		if tag = prefix + strconv.Itoa(i); cl.OwnerOf(tag) == cl.Nodes()[0] {
+			break
+		}
+	}
+	sc := &staleableCluster{x: "{" + tag + "}:x"}
+	admin := redis.NewClient(&redis.Options{Addr: cl.Nodes()[2].Addr(), Protocol: 2})
+	sc.admin = admin
+	before, err := admin.ClusterSlots(context.Background()).Result()
+	require.NoError(t, err)
+	sc.opt = &redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 3, ClusterSlots: func(ctx context.Context) ([]redis.ClusterSlot, error) {
+		if sc.stale.Load() {
+			return before, nil
+		}
+		return admin.ClusterSlots(ctx).Result()
+	}}
+	sc.cc = g.NewClusterClient(sc.opt)
+	sc.pub = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 3})
+	return sc
+}
+
+// close closes the publisher, the ClusterClient and the admin client.
+func (sc *staleableCluster) close() {
+	_ = sc.pub.Close()
+	_ = sc.cc.Close()
+	_ = sc.admin.Close()
 }
 
 // spublishUntilSeen publishes to ch every 50 ms until a message of ch
